@@ -1,0 +1,76 @@
+package testkit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Proxy is a TCP proxy between a client under test and a real service, able
+// to cut, black-hole or slow the connections that pass through it. It runs in
+// the test process (toxiproxy as a library) and stops when the test ends.
+type Proxy struct {
+	t     testing.TB
+	proxy *toxiproxy.Proxy
+}
+
+// NewProxy starts a proxy on a free loopback port that forwards to upstream
+// (host:port).
+func NewProxy(t testing.TB, upstream string) *Proxy {
+	t.Helper()
+	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	p := toxiproxy.NewProxy(server, UniqueName("proxy"), "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatalf("testkit: start proxy to %s: %v", upstream, err)
+	}
+	t.Cleanup(p.Stop)
+	return &Proxy{t: t, proxy: p}
+}
+
+// Addr is the proxy's listening address, host:port.
+func (p *Proxy) Addr() string { return p.proxy.Listen }
+
+// Cut closes every connection through the proxy and refuses new ones until
+// Restore.
+func (p *Proxy) Cut() { p.proxy.Stop() }
+
+// Restore accepts connections again on the same address after Cut.
+func (p *Proxy) Restore() {
+	p.t.Helper()
+	if err := p.proxy.Start(); err != nil {
+		p.t.Fatalf("testkit: restart proxy: %v", err)
+	}
+}
+
+// Blackhole stops forwarding data in both directions without closing
+// anything: a silent partition that only timeouts notice. Heal undoes it.
+func (p *Proxy) Blackhole() {
+	p.addToxic("blackhole_up", "upstream", "timeout", `{"timeout":0}`)
+	p.addToxic("blackhole_down", "downstream", "timeout", `{"timeout":0}`)
+}
+
+// Latency delays data in both directions by d.
+func (p *Proxy) Latency(d time.Duration) {
+	attrs := fmt.Sprintf(`{"latency":%d}`, d.Milliseconds())
+	p.addToxic("latency_up", "upstream", "latency", attrs)
+	p.addToxic("latency_down", "downstream", "latency", attrs)
+}
+
+// Heal removes every toxic (black hole, latency).
+func (p *Proxy) Heal() {
+	p.proxy.Toxics.ResetToxics(context.Background())
+}
+
+func (p *Proxy) addToxic(name, stream, typ, attrs string) {
+	p.t.Helper()
+	body := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
+	if _, err := p.proxy.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+		p.t.Fatalf("testkit: add toxic %s: %v", name, err)
+	}
+}

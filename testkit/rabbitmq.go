@@ -1,0 +1,107 @@
+package testkit
+
+import (
+	"cmp"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DefaultAMQPURL is the broker the suite uses.
+const DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// AMQPURL is TEST_AMQP_URL, or DefaultAMQPURL.
+func AMQPURL() string {
+	return cmp.Or(os.Getenv("TEST_AMQP_URL"), DefaultAMQPURL)
+}
+
+func dialAMQP(t testing.TB) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	conn, err := amqp.Dial(AMQPURL())
+	if err != nil {
+		t.Fatalf("testkit: dial RabbitMQ: %v", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		t.Fatalf("testkit: open channel: %v", err)
+	}
+	return conn, ch
+}
+
+// NewExchange declares a topic exchange unique to this test and deletes it
+// when the test ends.
+func NewExchange(t testing.TB) string {
+	t.Helper()
+	name := UniqueName("outboxrelay_test")
+	conn, ch := dialAMQP(t)
+	defer conn.Close()
+	if err := ch.ExchangeDeclare(name, "topic", true, false, false, false, nil); err != nil {
+		t.Fatalf("testkit: declare exchange %s: %v", name, err)
+	}
+	t.Cleanup(func() { DeleteExchange(t, name) })
+	return name
+}
+
+// DeleteExchange deletes an exchange if it exists.
+func DeleteExchange(t testing.TB, name string) {
+	t.Helper()
+	conn, ch := dialAMQP(t)
+	defer conn.Close()
+	if err := ch.ExchangeDelete(name, false, false); err != nil {
+		t.Errorf("testkit: delete exchange %s: %v", name, err)
+	}
+}
+
+// Queue is an exclusive queue bound to an exchange, consumed with automatic
+// acknowledgements. It is deleted when the test ends.
+type Queue struct {
+	Name       string
+	Deliveries <-chan amqp.Delivery
+}
+
+// NewQueue declares an exclusive queue bound to exchange with bindingKey
+// ("#" takes everything) and starts consuming it.
+func NewQueue(t testing.TB, exchange, bindingKey string) *Queue {
+	t.Helper()
+	conn, ch := dialAMQP(t)
+	t.Cleanup(func() { conn.Close() })
+	q, err := ch.QueueDeclare(UniqueName("outboxrelay_test"), false, true, true, false, nil)
+	if err != nil {
+		t.Fatalf("testkit: declare queue: %v", err)
+	}
+	if err := ch.QueueBind(q.Name, bindingKey, exchange, false, nil); err != nil {
+		t.Fatalf("testkit: bind queue %s to %s: %v", q.Name, exchange, err)
+	}
+	if err := ch.Qos(1000, 0, false); err != nil {
+		t.Fatalf("testkit: qos: %v", err)
+	}
+	deliveries, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatalf("testkit: consume %s: %v", q.Name, err)
+	}
+	return &Queue{Name: q.Name, Deliveries: deliveries}
+}
+
+// Receive returns the next n deliveries, failing the test if they do not all
+// arrive within timeout.
+func (q *Queue) Receive(t testing.TB, n int, timeout time.Duration) []amqp.Delivery {
+	t.Helper()
+	out := make([]amqp.Delivery, 0, n)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for len(out) < n {
+		select {
+		case d, ok := <-q.Deliveries:
+			if !ok {
+				t.Fatalf("testkit: queue %s closed after %d of %d deliveries", q.Name, len(out), n)
+			}
+			out = append(out, d)
+		case <-deadline.C:
+			t.Fatalf("testkit: queue %s: %d of %d deliveries within %s", q.Name, len(out), n, timeout)
+		}
+	}
+	return out
+}
