@@ -1,0 +1,185 @@
+package claim
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Columns names the outbox table's columns. Every field defaults to the name
+// the relay's own migrations use, shown in its comment.
+type Columns struct {
+	ID            string // "id": bigint, insert order; events are claimed in this order
+	EventID       string // "event_id": the AMQP message id (uuid or text)
+	AggregateType string // "aggregate_type"
+	AggregateID   string // "aggregate_id"
+	EventType     string // "event_type"
+	Payload       string // "payload": jsonb, the message body
+	Headers       string // "headers": jsonb object or NULL, extra AMQP headers
+	Exchange      string // "exchange": per-row exchange or NULL for the default
+	RoutingKey    string // "routing_key": per-row routing key or NULL for the default
+	Status        string // "status"
+	Attempts      string // "attempts": integer
+	AvailableAt   string // "available_at": timestamptz, retry schedule and lease deadline
+	LeaseID       string // "lease_id": uuid of the claim holding the row
+	LastError     string // "last_error": text of the last failed attempt
+	CreatedAt     string // "created_at": timestamptz, becomes the AMQP timestamp
+	PublishedAt   string // "published_at": timestamptz
+}
+
+func (c Columns) withDefaults() Columns {
+	return Columns{
+		ID:            cmp.Or(c.ID, "id"),
+		EventID:       cmp.Or(c.EventID, "event_id"),
+		AggregateType: cmp.Or(c.AggregateType, "aggregate_type"),
+		AggregateID:   cmp.Or(c.AggregateID, "aggregate_id"),
+		EventType:     cmp.Or(c.EventType, "event_type"),
+		Payload:       cmp.Or(c.Payload, "payload"),
+		Headers:       cmp.Or(c.Headers, "headers"),
+		Exchange:      cmp.Or(c.Exchange, "exchange"),
+		RoutingKey:    cmp.Or(c.RoutingKey, "routing_key"),
+		Status:        cmp.Or(c.Status, "status"),
+		Attempts:      cmp.Or(c.Attempts, "attempts"),
+		AvailableAt:   cmp.Or(c.AvailableAt, "available_at"),
+		LeaseID:       cmp.Or(c.LeaseID, "lease_id"),
+		LastError:     cmp.Or(c.LastError, "last_error"),
+		CreatedAt:     cmp.Or(c.CreatedAt, "created_at"),
+		PublishedAt:   cmp.Or(c.PublishedAt, "published_at"),
+	}
+}
+
+func (c Columns) named() [][2]string {
+	return [][2]string{
+		{"ID", c.ID}, {"EventID", c.EventID}, {"AggregateType", c.AggregateType},
+		{"AggregateID", c.AggregateID}, {"EventType", c.EventType}, {"Payload", c.Payload},
+		{"Headers", c.Headers}, {"Exchange", c.Exchange}, {"RoutingKey", c.RoutingKey},
+		{"Status", c.Status}, {"Attempts", c.Attempts}, {"AvailableAt", c.AvailableAt},
+		{"LeaseID", c.LeaseID}, {"LastError", c.LastError}, {"CreatedAt", c.CreatedAt},
+		{"PublishedAt", c.PublishedAt},
+	}
+}
+
+// Statuses are the values of the status column.
+type Statuses struct {
+	Pending   string // "pending": waiting to be published, or leased
+	Published string // "published": confirmed by RabbitMQ
+	Failed    string // "failed": dead-lettered after MaxAttempts, kept for inspection
+}
+
+func (s Statuses) withDefaults() Statuses {
+	return Statuses{
+		Pending:   cmp.Or(s.Pending, "pending"),
+		Published: cmp.Or(s.Published, "published"),
+		Failed:    cmp.Or(s.Failed, "failed"),
+	}
+}
+
+// Config configures a Store. The zero value is usable: every field documents
+// its default.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified ("app.outbox").
+	// Default "outbox", resolved through the connection's search_path.
+	Table string
+	// Columns maps the table's column names; see Columns for the defaults.
+	Columns Columns
+	// Statuses are the status column's values; see Statuses for the defaults.
+	Statuses Statuses
+	// Lease is how long a claim holds its rows before anyone may claim them
+	// again. It must outlast a batch's publish and confirm. Default 30s.
+	Lease time.Duration
+	// MaxAttempts is how many times an event is claimed for publishing before
+	// a failure dead-letters it. Default 25.
+	MaxAttempts int
+	// RetryMin is the delay after the first failed attempt; each further
+	// failure doubles it, up to RetryMax, with ±25% jitter. Default 1s.
+	RetryMin time.Duration
+	// RetryMax caps the retry delay. Default 5m.
+	RetryMax time.Duration
+	// QueryTimeout bounds every statement the store runs. Default 10s.
+	QueryTimeout time.Duration
+	// Jitter returns a number in [0, 1) for the retry jitter. Default
+	// math/rand/v2.Float64; tests may pin it.
+	Jitter func() float64
+}
+
+// statusValue limits status values to what can be written as a SQL literal
+// without escaping, so the claim's predicate matches the partial index.
+var statusValue = regexp.MustCompile(`^[A-Za-z0-9_ .-]{1,63}$`)
+
+func (c Config) withDefaults() Config {
+	c.Table = cmp.Or(c.Table, "outbox")
+	c.Columns = c.Columns.withDefaults()
+	c.Statuses = c.Statuses.withDefaults()
+	c.Lease = cmp.Or(c.Lease, 30*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
+	c.RetryMin = cmp.Or(c.RetryMin, time.Second)
+	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Minute)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, 10*time.Second)
+	return c
+}
+
+// Validate reports the first setting that cannot work, naming it. It checks
+// the values as given, after defaults are filled in.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if _, err := splitTable(c.Table); err != nil {
+		return err
+	}
+	for _, col := range c.Columns.named() {
+		if strings.ContainsRune(col[1], 0) {
+			return fmt.Errorf("claim: Columns.%s: contains a NUL byte", col[0])
+		}
+	}
+	st := c.Statuses
+	for _, s := range [][2]string{{"Pending", st.Pending}, {"Published", st.Published}, {"Failed", st.Failed}} {
+		if !statusValue.MatchString(s[1]) {
+			return fmt.Errorf("claim: Statuses.%s %q: want 1 to 63 letters, digits, spaces or _ . -", s[0], s[1])
+		}
+	}
+	if st.Pending == st.Published || st.Pending == st.Failed || st.Published == st.Failed {
+		return errors.New("claim: Statuses: pending, published and failed must differ")
+	}
+	switch {
+	case c.Lease <= 0:
+		return fmt.Errorf("claim: Lease %s: must be positive", c.Lease)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("claim: MaxAttempts %d: must be at least 1", c.MaxAttempts)
+	case c.RetryMin <= 0:
+		return fmt.Errorf("claim: RetryMin %s: must be positive", c.RetryMin)
+	case c.RetryMax < c.RetryMin:
+		return fmt.Errorf("claim: RetryMax %s: must be at least RetryMin (%s)", c.RetryMax, c.RetryMin)
+	case c.QueryTimeout <= 0:
+		return fmt.Errorf("claim: QueryTimeout %s: must be positive", c.QueryTimeout)
+	}
+	return nil
+}
+
+// splitTable splits "schema.table" or "table" into its parts.
+func splitTable(name string) ([]string, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("claim: Table %q: want table or schema.table", name)
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsRune(p, 0) {
+			return nil, fmt.Errorf("claim: Table %q: want table or schema.table", name)
+		}
+	}
+	return parts, nil
+}
+
+// RetryDelay is the wait before the next attempt of an event whose attempt
+// number attempts just failed: RetryMin doubled per earlier attempt, capped
+// at RetryMax, times a jitter factor in [0.75, 1.25).
+func (c Config) RetryDelay(attempts int, jitter float64) time.Duration {
+	c = c.withDefaults()
+	d := c.RetryMin
+	for i := 1; i < attempts && d < c.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.RetryMax)
+	return time.Duration(float64(d) * (0.75 + 0.5*jitter))
+}

@@ -1,0 +1,9 @@
+package claim
+
+// Statements exposes the rendered statements to tests (plan checks).
+func Statements(s *Store) map[string]string {
+	return map[string]string{
+		"claim": s.q.claim, "mark_published": s.q.markPublished, "retry": s.q.retry,
+		"release": s.q.release, "delete_published": s.q.deletePublished,
+	}
+}

@@ -1,0 +1,57 @@
+-- Statements of the outbox store. {{.X}} stands for an identifier from the
+-- configuration, quoted with pgx.Identifier, or for a validated status
+-- literal; values are always parameters. The IN-list of ids is written as
+-- = ANY (ARRAY (subquery)) so the planner keeps the index path on a large
+-- table instead of a hash join over all of it.
+
+-- name: claim
+-- $1 batch size, $2 lease in milliseconds, $3 lease id.
+UPDATE {{.Table}} SET
+    {{.AvailableAt}} = now() + $2 * interval '1 millisecond',
+    {{.LeaseID}} = $3,
+    {{.Attempts}} = {{.Attempts}} + 1
+WHERE {{.ID}} = ANY (ARRAY (
+    SELECT {{.ID}} FROM {{.Table}}
+    WHERE {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now()
+    ORDER BY {{.ID}}
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED))
+RETURNING {{.ID}}, {{.EventID}}::text, {{.AggregateType}}::text, {{.AggregateID}}::text,
+    {{.EventType}}::text, {{.Payload}}::text, {{.Headers}}::text, {{.Exchange}}::text,
+    {{.RoutingKey}}::text, {{.CreatedAt}}::timestamptz, {{.Attempts}};
+
+-- name: mark_published
+-- $1 ids. Any confirmed publish counts, even one whose lease expired meanwhile.
+UPDATE {{.Table}} SET
+    {{.Status}} = {{.Published}},
+    {{.PublishedAt}} = now(),
+    {{.LeaseID}} = NULL
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
+
+-- name: retry
+-- $1 ids, $2 new statuses, $3 delays in milliseconds, $4 errors, $5 lease id.
+UPDATE {{.Table}} AS o SET
+    {{.Status}} = f.status,
+    {{.AvailableAt}} = now() + f.delay_ms * interval '1 millisecond',
+    {{.LastError}} = f.error,
+    {{.LeaseID}} = NULL
+FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[]) AS f (id, status, delay_ms, error)
+WHERE o.{{.ID}} = f.id AND o.{{.LeaseID}} = $5 AND o.{{.Status}} = {{.Pending}};
+
+-- name: release
+-- $1 ids, $2 lease id. The attempt did not happen: give it back.
+UPDATE {{.Table}} SET
+    {{.AvailableAt}} = now(),
+    {{.LeaseID}} = NULL,
+    {{.Attempts}} = greatest({{.Attempts}} - 1, 0)
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND {{.Status}} = {{.Pending}};
+
+-- name: delete_published
+-- $1 retention in milliseconds, $2 batch size.
+DELETE FROM {{.Table}}
+WHERE {{.ID}} = ANY (ARRAY (
+    SELECT {{.ID}} FROM {{.Table}}
+    WHERE {{.Status}} = {{.Published}}
+      AND {{.PublishedAt}} < now() - $1 * interval '1 millisecond'
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED));

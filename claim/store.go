@@ -1,0 +1,285 @@
+package claim
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"text/template"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// DB is what the store needs of a connection pool; *pgxpool.Pool has it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Event is one claimed outbox row.
+type Event struct {
+	ID            int64
+	EventID       string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       []byte
+	Headers       []byte // a JSON object, or nil
+	Exchange      string // "" for the default exchange
+	RoutingKey    string // "" for the default routing key
+	CreatedAt     time.Time
+	Attempts      int // this claim included
+}
+
+// LeaseID identifies one claim; only its holder may retry or release the rows.
+type LeaseID [16]byte
+
+// String formats the lease id as a UUID.
+func (l LeaseID) String() string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", l[0:4], l[4:6], l[6:8], l[8:10], l[10:16])
+}
+
+// Batch is the result of one claim.
+type Batch struct {
+	Lease  LeaseID
+	Events []Event // in id order
+}
+
+// Failure is an event whose publish failed.
+type Failure struct {
+	ID       int64
+	Attempts int   // Event.Attempts of the claim that failed
+	Err      error // kept in the last_error column
+	// Permanent dead-letters the event now: it can never succeed as it is.
+	Permanent bool
+}
+
+// Store runs the outbox statements against one table.
+type Store struct {
+	db     DB
+	cfg    Config
+	jitter func() float64
+	q      queries
+}
+
+type queries struct {
+	claim, markPublished, retry, release, deletePublished string
+}
+
+// New validates cfg and renders the store's statements for its table.
+func New(db DB, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	q, err := render(cfg)
+	if err != nil {
+		return nil, err
+	}
+	jitter := cfg.Jitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	return &Store{db: db, cfg: cfg, jitter: jitter, q: q}, nil
+}
+
+// Config returns the store's configuration with defaults filled in.
+func (s *Store) Config() Config { return s.cfg }
+
+func render(cfg Config) (queries, error) {
+	table, _ := splitTable(cfg.Table)
+	data := map[string]string{
+		"Table":     pgx.Identifier(table).Sanitize(),
+		"Pending":   literal(cfg.Statuses.Pending),
+		"Published": literal(cfg.Statuses.Published),
+		"Failed":    literal(cfg.Statuses.Failed),
+	}
+	for _, col := range cfg.Columns.named() {
+		data[col[0]] = pgx.Identifier{col[1]}.Sanitize()
+	}
+	named := map[string]string{}
+	for _, part := range strings.Split(queriesSQL, "-- name: ")[1:] {
+		name, body, _ := strings.Cut(part, "\n")
+		tmpl, err := template.New(name).Option("missingkey=error").Parse(body)
+		if err != nil {
+			return queries{}, fmt.Errorf("claim: parse %s: %w", name, err)
+		}
+		var b strings.Builder
+		if err := tmpl.Execute(&b, data); err != nil {
+			return queries{}, fmt.Errorf("claim: render %s: %w", name, err)
+		}
+		named[strings.TrimSpace(name)] = strings.TrimSpace(b.String())
+	}
+	return queries{
+		claim:           named["claim"],
+		markPublished:   named["mark_published"],
+		retry:           named["retry"],
+		release:         named["release"],
+		deletePublished: named["delete_published"],
+	}, nil
+}
+
+// literal quotes a status value validated by statusValue (no quotes, no
+// backslashes) as a SQL string literal.
+func literal(s string) string { return "'" + s + "'" }
+
+// Claim leases up to limit claimable events, oldest first. An empty batch
+// means nothing is claimable now.
+func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
+	var lease LeaseID
+	if _, err := crand.Read(lease[:]); err != nil {
+		return Batch{}, fmt.Errorf("claim batch: lease id: %w", err)
+	}
+	lease[6] = lease[6]&0x0f | 0x40 // UUID version 4
+	lease[8] = lease[8]&0x3f | 0x80 // RFC 4122 variant
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, s.q.claim, limit, s.cfg.Lease.Milliseconds(), lease)
+	if err != nil {
+		return Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	events := make([]Event, 0, limit)
+	for rows.Next() {
+		var (
+			e                                  Event
+			headers, exchange, routingKey      *string
+			aggregateType, aggregateID, evType *string
+		)
+		var payload *string
+		if err := rows.Scan(&e.ID, &e.EventID, &aggregateType, &aggregateID, &evType,
+			&payload, &headers, &exchange, &routingKey, &e.CreatedAt, &e.Attempts); err != nil {
+			rows.Close()
+			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		e.AggregateType, e.AggregateID, e.EventType = deref(aggregateType), deref(aggregateID), deref(evType)
+		e.Exchange, e.RoutingKey = deref(exchange), deref(routingKey)
+		if payload != nil {
+			e.Payload = []byte(*payload)
+		}
+		if headers != nil {
+			e.Headers = []byte(*headers)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	sortByID(events)
+	return Batch{Lease: lease, Events: events}, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func sortByID(events []Event) {
+	slices.SortFunc(events, func(a, b Event) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// MarkPublished marks events confirmed by RabbitMQ as published, in one
+// statement. It returns how many rows changed; fewer than len(ids) means
+// another relay got there first after this one's lease expired.
+func (s *Store) MarkPublished(ctx context.Context, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.markPublished, ids)
+	if err != nil {
+		return 0, fmt.Errorf("mark published: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Retry puts failed events back with their error text, each after its retry
+// delay, or dead-letters them (status failed) when they are permanent
+// failures or have used MaxAttempts. It returns how many were dead-lettered.
+func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (dead int, err error) {
+	if len(failures) == 0 {
+		return 0, nil
+	}
+	ids := make([]int64, len(failures))
+	statuses := make([]string, len(failures))
+	delays := make([]int64, len(failures))
+	errs := make([]string, len(failures))
+	for i, f := range failures {
+		ids[i] = f.ID
+		errs[i] = errorText(f.Err)
+		if f.Permanent || f.Attempts >= s.cfg.MaxAttempts {
+			statuses[i] = s.cfg.Statuses.Failed
+			dead++
+			continue
+		}
+		statuses[i] = s.cfg.Statuses.Pending
+		delays[i] = s.cfg.RetryDelay(f.Attempts, s.jitter()).Milliseconds()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
+		return 0, fmt.Errorf("retry: %w", err)
+	}
+	return dead, nil
+}
+
+// maxErrorText bounds what is kept of an error in last_error.
+const maxErrorText = 2000
+
+// errorText makes an error storable as text: valid UTF-8, no NUL bytes,
+// bounded length.
+func errorText(err error) string {
+	if err == nil {
+		err = errors.New("unknown error")
+	}
+	s := strings.ToValidUTF8(err.Error(), "?")
+	s = strings.ReplaceAll(s, "\x00", "?")
+	if len(s) > maxErrorText {
+		s = s[:maxErrorText]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// Release gives leased events back unpublished, without counting the attempt:
+// they are claimable again at once.
+func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.release, ids, lease)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeletePublished deletes up to limit published events older than retention
+// and returns how many it deleted. Pending and failed events are never
+// touched.
+func (s *Store) DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.deletePublished, retention.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete published: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,318 @@
+package claim_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newStore(t *testing.T, cfg claim.Config) (*claim.Store, func(string, ...any) int64) {
+	t.Helper()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, cfg)
+	require.NoError(t, err)
+	return s, func(sql string, args ...any) int64 { return testkit.QueryInt(t, pool, sql, args...) }
+}
+
+func TestClaimReturnsEventsInOrderWithTheirFields(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, exchange, routing_key)
+		VALUES ('order', '42', 'created', '{"total": 10}', '{"tenant": "acme"}', 'orders', 'order.special'),
+		       ('order', '43', 'paid', 'null', NULL, NULL, NULL)`)
+
+	b, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 2)
+	first, second := b.Events[0], b.Events[1]
+	require.Less(t, first.ID, second.ID)
+	require.Equal(t, "order", first.AggregateType)
+	require.Equal(t, "42", first.AggregateID)
+	require.Equal(t, "created", first.EventType)
+	require.JSONEq(t, `{"total": 10}`, string(first.Payload))
+	require.JSONEq(t, `{"tenant": "acme"}`, string(first.Headers))
+	require.Equal(t, "orders", first.Exchange)
+	require.Equal(t, "order.special", first.RoutingKey)
+	require.Len(t, first.EventID, 36)
+	require.Equal(t, 1, first.Attempts)
+	require.WithinDuration(t, time.Now(), first.CreatedAt, time.Minute)
+	require.Equal(t, "null", string(second.Payload))
+	require.Nil(t, second.Headers)
+	require.Empty(t, second.Exchange)
+	require.Empty(t, second.RoutingKey)
+
+	again, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Empty(t, again.Events, "leased rows must not be claimed twice")
+	require.Equal(t, int64(2), testkit.QueryInt(t, pool,
+		`SELECT count(*) FROM outbox WHERE lease_id = $1 AND available_at > now()`, b.Lease))
+}
+
+func TestConcurrentClaimsAreDisjointAndComplete(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	const n = 5000
+	testkit.InsertEvents(t, pool, n)
+
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				b, err := s.Claim(context.Background(), 37)
+				if !assertNoError(t, err) || len(b.Events) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, e := range b.Events {
+					seen[e.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, n)
+	for id, count := range seen {
+		require.Equal(t, 1, count, "event %d claimed %d times", id, count)
+	}
+}
+
+func assertNoError(t *testing.T, err error) bool {
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+func TestMarkPublished(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{})
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a','1','e','{}'),('a','2','e','{}') RETURNING 0`)
+	b, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	n, err := s.MarkPublished(context.Background(), []int64{b.Events[0].ID})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'published' AND published_at IS NOT NULL AND lease_id IS NULL AND id = $1`, b.Events[0].ID))
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'pending'`))
+	n, err = s.MarkPublished(context.Background(), []int64{b.Events[0].ID})
+	require.NoError(t, err)
+	require.Zero(t, n, "marking twice changes nothing")
+}
+
+func TestRetrySchedulesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{MaxAttempts: 3, RetryMin: time.Hour, RetryMax: 4 * time.Hour, Jitter: func() float64 { return 0.5 }})
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'a', i::text, 'e', '{}' FROM generate_series(1, 3) i RETURNING 0`)
+	b, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 3)
+	boom := errors.New("broker said no\x00 \xff")
+	dead, err := s.Retry(context.Background(), b.Lease, []claim.Failure{
+		{ID: b.Events[0].ID, Attempts: 1, Err: boom},
+		{ID: b.Events[1].ID, Attempts: 3, Err: boom},
+		{ID: b.Events[2].ID, Attempts: 1, Err: boom, Permanent: true},
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, dead)
+	// First failure: back to pending, an hour (jitter 0.5 => factor 1.0) from now.
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE id = $1 AND status = 'pending' AND lease_id IS NULL
+		AND available_at BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'
+		AND last_error = 'broker said no? ?'`, b.Events[0].ID))
+	require.Equal(t, int64(2), q(`SELECT count(*) FROM outbox WHERE status = 'failed' AND id = ANY($1)`,
+		[]int64{b.Events[1].ID, b.Events[2].ID}))
+	none, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Empty(t, none.Events)
+}
+
+func TestRetryAndReleaseNeedTheLease(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{})
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a','1','e','{}') RETURNING 0`)
+	b, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	var other claim.LeaseID
+	_, err = s.Retry(context.Background(), other, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: errors.New("x")}})
+	require.NoError(t, err)
+	n, err := s.Release(context.Background(), other, []int64{b.Events[0].ID})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE lease_id = $1 AND last_error IS NULL`, b.Lease))
+
+	n, err = s.Release(context.Background(), b.Lease, []int64{b.Events[0].ID})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	again, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, again.Events, 1, "a released row is claimable at once")
+	require.Equal(t, 1, again.Events[0].Attempts, "a release does not count an attempt")
+}
+
+func TestExpiredLeaseIsClaimableAgain(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{Lease: 200 * time.Millisecond})
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a','1','e','{}') RETURNING 0`)
+	first, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, first.Events, 1)
+	var second claim.Batch
+	testkit.WaitFor(t, 10*time.Second, "lease expiry", func() bool {
+		second, err = s.Claim(context.Background(), 10)
+		require.NoError(t, err)
+		return len(second.Events) == 1
+	})
+	require.NotEqual(t, first.Lease, second.Lease)
+	require.Equal(t, 2, second.Events[0].Attempts)
+	// The first holder's confirmed publish still counts.
+	n, err := s.MarkPublished(context.Background(), []int64{first.Events[0].ID})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	// And the second holder can no longer put it back.
+	_, err = s.Retry(context.Background(), second.Lease, []claim.Failure{{ID: second.Events[0].ID, Attempts: 2, Err: errors.New("x")}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'published'`))
+}
+
+func TestDeletePublishedOnlyTouchesOldPublishedRows(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{})
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, published_at, available_at)
+		SELECT 'a', i::text, 'e', '{}', s.status, s.published_at, now() + s.lease
+		FROM generate_series(1, 250) i,
+		(VALUES ('published', now() - interval '2 hours', interval '0'),
+		        ('published', now() - interval '10 minutes', interval '0'),
+		        ('pending', NULL, interval '0'),
+		        ('pending', NULL, interval '1 hour'),
+		        ('failed', NULL, interval '0')) AS s (status, published_at, lease)
+		RETURNING 0`)
+	var total int64
+	for {
+		n, err := s.DeletePublished(context.Background(), time.Hour, 100)
+		require.NoError(t, err)
+		total += n
+		if n < 100 {
+			break
+		}
+	}
+	require.Equal(t, int64(250), total)
+	require.Zero(t, q(`SELECT count(*) FROM outbox WHERE published_at < now() - interval '1 hour'`))
+	require.Equal(t, int64(250), q(`SELECT count(*) FROM outbox WHERE status = 'published'`))
+	require.Equal(t, int64(500), q(`SELECT count(*) FROM outbox WHERE status = 'pending'`))
+	require.Equal(t, int64(250), q(`SELECT count(*) FROM outbox WHERE status = 'failed'`))
+}
+
+// TestClaimPlanStaysOnTheIndex guards the claim's plan: with a large table of
+// published rows and a backlog, after ANALYZE, it must walk the pending index
+// rather than hash-join the whole table.
+func TestClaimPlanStaysOnTheIndex(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, published_at)
+		SELECT 'a', i::text, 'e', '{}', CASE WHEN i <= 150000 THEN 'published' ELSE 'pending' END,
+		       CASE WHEN i <= 150000 THEN now() END
+		FROM generate_series(1, 200000) i`)
+	testkit.Exec(t, pool, `ANALYZE outbox`)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	sql := claim.Statements(s)["claim"]
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	rows, err := tx.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{})
+	require.NoError(t, err)
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan.WriteString(line + "\n")
+	}
+	require.NoError(t, rows.Err())
+	require.Contains(t, plan.String(), "outbox_pending_idx", plan.String())
+	require.NotContains(t, plan.String(), "Hash Join", plan.String())
+	require.NotContains(t, plan.String(), "Seq Scan", plan.String())
+}
+
+func TestQuotedIdentifiersCannotInjectSQL(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	weird := `odd"; DROP TABLE outbox; --`
+	testkit.Exec(t, pool, `CREATE SCHEMA "we.ird"`)
+	testkit.Exec(t, pool, `CREATE TABLE "we.ird"."`+strings.ReplaceAll(weird, `"`, `""`)+`" (LIKE outbox INCLUDING ALL)`)
+	s, err := claim.New(pool, claim.Config{Table: `we.ird.` + weird})
+	require.Error(t, err, "three dotted parts are ambiguous and refused")
+	testkit.Exec(t, pool, `CREATE TABLE "`+strings.ReplaceAll(weird, `"`, `""`)+`" (LIKE outbox INCLUDING ALL)`)
+	s, err = claim.New(pool, claim.Config{Table: weird})
+	require.NoError(t, err)
+	testkit.Exec(t, pool, `INSERT INTO "`+strings.ReplaceAll(weird, `"`, `""`)+`" (aggregate_type, aggregate_id, event_type, payload) VALUES ('a','1','e','{}')`)
+	b, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 1)
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'`))
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  claim.Config
+		want string
+	}{
+		{claim.Config{}, ""},
+		{claim.Config{Table: "app.outbox"}, ""},
+		{claim.Config{Table: "a.b.c"}, "Table"},
+		{claim.Config{Table: "a."}, "Table"},
+		{claim.Config{Lease: -time.Second}, "Lease"},
+		{claim.Config{MaxAttempts: -1}, "MaxAttempts"},
+		{claim.Config{RetryMin: -1}, "RetryMin"},
+		{claim.Config{RetryMin: time.Hour, RetryMax: time.Minute}, "RetryMax"},
+		{claim.Config{QueryTimeout: -1}, "QueryTimeout"},
+		{claim.Config{Statuses: claim.Statuses{Pending: "it's"}}, "Statuses.Pending"},
+		{claim.Config{Statuses: claim.Statuses{Published: "pending"}}, "Statuses"},
+		{claim.Config{Columns: claim.Columns{Payload: "a\x00b"}}, "Columns.Payload"},
+	} {
+		err := tc.cfg.Validate()
+		if tc.want == "" {
+			require.NoError(t, err)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	cfg := claim.Config{RetryMin: time.Second, RetryMax: time.Minute}
+	for _, tc := range []struct {
+		attempts int
+		jitter   float64
+		want     time.Duration
+	}{
+		{1, 0.5, time.Second},
+		{2, 0.5, 2 * time.Second},
+		{4, 0.5, 8 * time.Second},
+		{7, 0.5, time.Minute},
+		{100, 0.5, time.Minute},
+		{1, 0, 750 * time.Millisecond},
+		{1, 0.999999, 1249999 * time.Microsecond},
+	} {
+		require.InDelta(t, tc.want, cfg.RetryDelay(tc.attempts, tc.jitter), float64(time.Microsecond), "attempts %d", tc.attempts)
+	}
+}

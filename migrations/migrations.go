@@ -1,0 +1,57 @@
+// Package migrations holds the relay's versioned schema migrations, embedded
+// in the binary, and applies them with tern.
+//
+// Migrations are tracked in the table outboxrelay_schema_version and applied
+// under a PostgreSQL advisory lock, so several relays starting at once apply
+// each migration exactly once. Objects are created in the first schema of the
+// connection's search_path.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+// VersionTable records the applied schema version.
+const VersionTable = "outboxrelay_schema_version"
+
+//go:embed *.sql
+var files embed.FS
+
+// Migrate brings the schema reached through conn up to the latest version and
+// returns the version it reached. It is safe to call concurrently from several
+// processes and to call again when nothing is left to do.
+func Migrate(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) (int32, error) {
+	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	if err != nil {
+		return 0, fmt.Errorf("migrate: version table: %w", err)
+	}
+	if err := m.LoadMigrations(files); err != nil {
+		return 0, fmt.Errorf("migrate: load: %w", err)
+	}
+	m.OnStart = func(seq int32, name, direction, _ string) {
+		logger.Info("applying migration", "version", seq, "name", name, "direction", direction)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return 0, fmt.Errorf("migrate: %w", err)
+	}
+	v, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrate: read version: %w", err)
+	}
+	return v, nil
+}
+
+// Latest is the version Migrate brings a schema to.
+func Latest() (int32, error) {
+	names, err := migrate.FindMigrations(files)
+	if err != nil {
+		return 0, fmt.Errorf("migrate: find: %w", err)
+	}
+	return int32(len(names)), nil
+}
