@@ -55,3 +55,10 @@ WHERE {{.ID}} = ANY (ARRAY (
       AND {{.PublishedAt}} < now() - $1 * interval '1 millisecond'
     LIMIT $2
     FOR UPDATE SKIP LOCKED));
+
+-- name: check
+-- Proves the table and every mapped column exist, reading no row.
+SELECT {{.ID}}, {{.EventID}}, {{.AggregateType}}, {{.AggregateID}}, {{.EventType}},
+    {{.Payload}}, {{.Headers}}, {{.Exchange}}, {{.RoutingKey}}, {{.Status}}, {{.Attempts}},
+    {{.AvailableAt}}, {{.LeaseID}}, {{.LastError}}, {{.CreatedAt}}, {{.PublishedAt}}
+FROM {{.Table}} LIMIT 0;

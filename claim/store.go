@@ -74,7 +74,7 @@ type Store struct {
 }
 
 type queries struct {
-	claim, markPublished, retry, release, deletePublished string
+	claim, markPublished, retry, release, deletePublished, check string
 }
 
 // New validates cfg and renders the store's statements for its table.
@@ -127,6 +127,7 @@ func render(cfg Config) (queries, error) {
 		retry:           named["retry"],
 		release:         named["release"],
 		deletePublished: named["delete_published"],
+		check:           named["check"],
 	}, nil
 }
 
@@ -208,10 +209,11 @@ func (s *Store) MarkPublished(ctx context.Context, ids []int64) (int64, error) {
 
 // Retry puts failed events back with their error text, each after its retry
 // delay, or dead-letters them (status failed) when they are permanent
-// failures or have used MaxAttempts. It returns how many were dead-lettered.
-func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (dead int, err error) {
+// failures or have used MaxAttempts. It returns how many were dead-lettered
+// and the shortest delay until one of the others is due again.
+func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (dead int, next time.Duration, err error) {
 	if len(failures) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	ids := make([]int64, len(failures))
 	statuses := make([]string, len(failures))
@@ -226,14 +228,18 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (d
 			continue
 		}
 		statuses[i] = s.cfg.Statuses.Pending
-		delays[i] = s.cfg.RetryDelay(f.Attempts, s.jitter()).Milliseconds()
+		d := s.cfg.RetryDelay(f.Attempts, s.jitter())
+		delays[i] = d.Milliseconds()
+		if next == 0 || d < next {
+			next = d
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
-		return 0, fmt.Errorf("retry: %w", err)
+		return 0, 0, fmt.Errorf("retry: %w", err)
 	}
-	return dead, nil
+	return dead, next, nil
 }
 
 // maxErrorText bounds what is kept of an error in last_error.
@@ -282,4 +288,20 @@ func (s *Store) DeletePublished(ctx context.Context, retention time.Duration, li
 		return 0, fmt.Errorf("delete published: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// Check proves that the table and every configured column exist, so a wrong
+// name fails at start-up rather than at the first claim.
+func (s *Store) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, s.q.check)
+	if err != nil {
+		return fmt.Errorf("check table: %w", err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("check table: %w", err)
+	}
+	return nil
 }

@@ -126,13 +126,14 @@ func TestRetrySchedulesAndDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b.Events, 3)
 	boom := errors.New("broker said no\x00 \xff")
-	dead, err := s.Retry(context.Background(), b.Lease, []claim.Failure{
+	dead, next, err := s.Retry(context.Background(), b.Lease, []claim.Failure{
 		{ID: b.Events[0].ID, Attempts: 1, Err: boom},
 		{ID: b.Events[1].ID, Attempts: 3, Err: boom},
 		{ID: b.Events[2].ID, Attempts: 1, Err: boom, Permanent: true},
 	})
 	require.NoError(t, err)
 	require.Equal(t, 2, dead)
+	require.Equal(t, time.Hour, next)
 	// First failure: back to pending, an hour (jitter 0.5 => factor 1.0) from now.
 	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE id = $1 AND status = 'pending' AND lease_id IS NULL
 		AND available_at BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'
@@ -151,7 +152,7 @@ func TestRetryAndReleaseNeedTheLease(t *testing.T) {
 	b, err := s.Claim(context.Background(), 10)
 	require.NoError(t, err)
 	var other claim.LeaseID
-	_, err = s.Retry(context.Background(), other, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: errors.New("x")}})
+	_, _, err = s.Retry(context.Background(), other, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: errors.New("x")}})
 	require.NoError(t, err)
 	n, err := s.Release(context.Background(), other, []int64{b.Events[0].ID})
 	require.NoError(t, err)
@@ -187,7 +188,7 @@ func TestExpiredLeaseIsClaimableAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	// And the second holder can no longer put it back.
-	_, err = s.Retry(context.Background(), second.Lease, []claim.Failure{{ID: second.Events[0].ID, Attempts: 2, Err: errors.New("x")}})
+	_, _, err = s.Retry(context.Background(), second.Lease, []claim.Failure{{ID: second.Events[0].ID, Attempts: 2, Err: errors.New("x")}})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'published'`))
 }
@@ -315,4 +316,18 @@ func TestRetryDelay(t *testing.T) {
 	} {
 		require.InDelta(t, tc.want, cfg.RetryDelay(tc.attempts, tc.jitter), float64(time.Microsecond), "attempts %d", tc.attempts)
 	}
+}
+
+func TestCheckNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	require.NoError(t, s.Check(context.Background()))
+	s, err = claim.New(pool, claim.Config{Table: "nope"})
+	require.NoError(t, err)
+	require.ErrorContains(t, s.Check(context.Background()), `"nope" does not exist`)
+	s, err = claim.New(pool, claim.Config{Columns: claim.Columns{EventID: "uuid"}})
+	require.NoError(t, err)
+	require.ErrorContains(t, s.Check(context.Background()), `column "uuid" does not exist`)
 }

@@ -60,6 +60,7 @@ func DeleteExchange(t testing.TB, name string) {
 type Queue struct {
 	Name       string
 	Deliveries <-chan amqp.Delivery
+	ch         *amqp.Channel
 }
 
 // NewQueue declares an exclusive queue bound to exchange with bindingKey
@@ -82,7 +83,11 @@ func NewQueue(t testing.TB, exchange, bindingKey string) *Queue {
 	if err != nil {
 		t.Fatalf("testkit: consume %s: %v", q.Name, err)
 	}
-	return &Queue{Name: q.Name, Deliveries: deliveries}
+	pubCh, err := conn.Channel()
+	if err != nil {
+		t.Fatalf("testkit: open channel: %v", err)
+	}
+	return &Queue{Name: q.Name, Deliveries: deliveries, ch: pubCh}
 }
 
 // Receive returns the next n deliveries, failing the test if they do not all
@@ -104,4 +109,51 @@ func (q *Queue) Receive(t testing.TB, n int, timeout time.Duration) []amqp.Deliv
 		}
 	}
 	return out
+}
+
+// Drain returns every delivery still on its way, up to a barrier: it sends a
+// sentinel straight to the queue and reads until the sentinel arrives. A
+// queue is FIFO, so whatever was enqueued before the call has been returned.
+func (q *Queue) Drain(t testing.TB, timeout time.Duration) []amqp.Delivery {
+	t.Helper()
+	sentinel := UniqueName("sentinel")
+	if err := q.ch.Publish("", q.Name, false, false, amqp.Publishing{MessageId: sentinel}); err != nil {
+		t.Fatalf("testkit: publish sentinel: %v", err)
+	}
+	var out []amqp.Delivery
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case d, ok := <-q.Deliveries:
+			if !ok {
+				t.Fatalf("testkit: queue %s closed while draining", q.Name)
+			}
+			if d.MessageId == sentinel {
+				return out
+			}
+			out = append(out, d)
+		case <-deadline.C:
+			t.Fatalf("testkit: queue %s: sentinel not back within %s", q.Name, timeout)
+		}
+	}
+}
+
+// Counter counts deliveries by message id.
+type Counter map[string]int
+
+// Add counts deliveries.
+func (c Counter) Add(ds []amqp.Delivery) {
+	for _, d := range ds {
+		c[d.MessageId]++
+	}
+}
+
+// Duplicates is how many deliveries repeated an id already seen.
+func (c Counter) Duplicates() int {
+	n := 0
+	for _, k := range c {
+		n += k - 1
+	}
+	return n
 }
