@@ -1,0 +1,35 @@
+// Package notify is the relay's wake-up source: it LISTENs for the outbox
+// trigger's NOTIFY and turns notifications into a coalescing wake signal.
+//
+// A notification is a hint, never data. The outbox table is the only source
+// of truth, so a notification that is lost, dropped or coalesced costs
+// latency, never an event. The Listener therefore wakes the dispatcher:
+//
+//   - once when Run starts, before and independent of connecting, so the
+//     dispatcher does a first pass;
+//   - after every successful (re)connect, as soon as LISTEN has succeeded,
+//     so rows inserted while the listener was disconnected are claimed;
+//   - on every notification on Config.Channel.
+//
+// Wake-ups coalesce: C is buffered with room for one and every send is
+// non-blocking, so any burst of notifications that arrives while the
+// dispatcher is busy becomes a single wake-up.
+//
+// The Listener owns one dedicated connection (never one borrowed from a
+// pool: a pooled connection would be reused, reset or closed under it) and
+// drives it with github.com/jackc/pgxlisten. It covers pgxlisten's weak
+// spots:
+//
+//   - Reconnects use exponential, jittered backoff (ReconnectMin to
+//     ReconnectMax, never giving up) instead of pgxlisten's fixed delay; the
+//     first attempt is immediate and the backoff resets once LISTEN succeeds.
+//   - A silently dead idle connection is noticed by a heartbeat: every
+//     PingInterval the Listener sends a notification on its own private
+//     channel through Config.Pinger (another connection, typically the
+//     relay's pool) and expects it back on the listening connection within
+//     PingTimeout; if it does not come back, the connection is dropped and
+//     re-established. TCP keepalive on the listener's socket is a second,
+//     slower line of defence.
+//
+// Everything stops when Run's context is cancelled.
+package notify

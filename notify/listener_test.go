@@ -1,0 +1,338 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/stretchr/testify/require"
+)
+
+// Fast reconnects keep the tests short.
+const (
+	testReconnectMin = 20 * time.Millisecond
+	testReconnectMax = 200 * time.Millisecond
+	eventTimeout     = 10 * time.Second // generous: -race on a busy machine
+)
+
+// syncBuffer is a bytes.Buffer the logger and the test may share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// harness is a running Listener and what the test observes of it.
+type harness struct {
+	l         *Listener
+	listening chan uint32 // the backend pid after every successful LISTEN
+	logs      *syncBuffer
+}
+
+// start runs a Listener on cfg (with fast reconnects and a debug logger
+// into h.logs unless cfg says otherwise) until the test ends.
+func start(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := &harness{listening: make(chan uint32, 100), logs: &syncBuffer{}}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if cfg.ReconnectMin == 0 {
+		cfg.ReconnectMin, cfg.ReconnectMax = testReconnectMin, testReconnectMax
+	}
+	l, err := New(cfg)
+	require.NoError(t, err)
+	l.onListening = func(pid uint32) {
+		select {
+		case h.listening <- pid:
+		default:
+		}
+	}
+	h.l = l
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(eventTimeout):
+			t.Errorf("Run did not return within %s of cancel", eventTimeout)
+		}
+		if t.Failed() {
+			t.Logf("listener logs:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// awaitWake fails the test unless a wake-up arrives within timeout.
+func (h *harness) awaitWake(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case <-h.l.C():
+	case <-time.After(eventTimeout):
+		t.Fatalf("no wake-up (%s) within %s", why, eventTimeout)
+	}
+}
+
+// awaitListening waits for the next successful LISTEN and returns its
+// backend pid.
+func (h *harness) awaitListening(t *testing.T) uint32 {
+	t.Helper()
+	select {
+	case pid := <-h.listening:
+		return pid
+	case <-time.After(eventTimeout):
+		t.Fatalf("listener not listening within %s", eventTimeout)
+		return 0
+	}
+}
+
+// drain takes any pending wake-up and reports whether there was one.
+func (h *harness) drain() bool {
+	select {
+	case <-h.l.C():
+		return true
+	default:
+		return false
+	}
+}
+
+// countLogs counts log lines containing msg.
+func (h *harness) countLogs(msg string) int {
+	return strings.Count(h.logs.String(), msg)
+}
+
+// database is a fresh database, a pool on it (direct, never proxied) and
+// a listener config for it.
+func database(t *testing.T) (string, *pgxpool.Pool, Config) {
+	t.Helper()
+	dbURL := testkit.NewDatabase(t)
+	pool := testkit.NewPool(t, dbURL)
+	return dbURL, pool, Config{ConnConfig: parseConfig(t, dbURL), Channel: "outbox"}
+}
+
+// proxied returns dbURL rewritten to go through a new fault-injecting
+// proxy, with the given password (trust auth ignores it).
+func proxied(t *testing.T, dbURL, password string) (string, *testkit.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	proxy := testkit.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	if password != "" {
+		u.User = url.UserPassword(u.User.Username(), password)
+	}
+	return u.String(), proxy
+}
+
+func backendAlive(t *testing.T, pool *pgxpool.Pool, pid uint32) bool {
+	return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1 AND pid = $2`, ApplicationName, int64(pid)) == 1
+}
+
+func TestWakesOnNotify(t *testing.T) {
+	t.Parallel()
+	_, pool, cfg := database(t)
+	h := start(t, cfg)
+	h.awaitListening(t)
+	h.drain()
+
+	testkit.Exec(t, pool, "NOTIFY outbox")
+	h.awaitWake(t, "NOTIFY outbox")
+
+	// pg_notify with any payload, as often as it comes.
+	for range 3 {
+		testkit.Exec(t, pool, "SELECT pg_notify('outbox', 'anything')")
+		h.awaitWake(t, "pg_notify")
+	}
+}
+
+func TestWakesOnStart(t *testing.T) {
+	t.Parallel()
+	dbURL, _, cfg := database(t)
+	// The database is unreachable: the first pass must not wait for it.
+	proxyURL, proxy := proxied(t, dbURL, "")
+	proxy.Cut()
+	cfg.ConnConfig = parseConfig(t, proxyURL)
+	h := start(t, cfg)
+	h.awaitWake(t, "start")
+}
+
+func TestRunRejectsSecondCall(t *testing.T) {
+	t.Parallel()
+	_, _, cfg := database(t)
+	h := start(t, cfg)
+	h.awaitListening(t)
+	err := h.l.Run(context.Background())
+	require.ErrorContains(t, err, "notify: run: already running")
+}
+
+func TestCoalescesBursts(t *testing.T) {
+	t.Parallel()
+	_, pool, cfg := database(t)
+	h := start(t, cfg)
+	h.awaitListening(t)
+	h.drain()
+
+	// 1000 distinct notifications (identical ones would be folded into one
+	// by PostgreSQL within a transaction).
+	const n = 1000
+	testkit.Exec(t, pool, "SELECT pg_notify('outbox', g::text) FROM generate_series(1, $1) g", n)
+	testkit.WaitFor(t, eventTimeout, "all notifications handled", func() bool { return h.l.notified.Load() == n })
+
+	wakes := 0
+	for h.drain() {
+		wakes++
+	}
+	require.GreaterOrEqual(t, wakes, 1)
+	require.Less(t, wakes, n)
+}
+
+func TestIgnoresOtherChannels(t *testing.T) {
+	t.Parallel()
+	_, pool, cfg := database(t)
+	cfg.Pinger = pool
+	cfg.PingInterval = time.Hour // the barrier below is the only heartbeat
+	h := start(t, cfg)
+	h.awaitListening(t)
+	h.drain()
+
+	testkit.Exec(t, pool, "NOTIFY outbox_other")
+	testkit.Exec(t, pool, `NOTIFY "Outbox"`)
+	// A barrier: notifications reach the listening connection in commit
+	// order, so once this one is handled the two above have been too.
+	const barrier = 1_000_000
+	testkit.Exec(t, pool, "SELECT pg_notify($1, $2)", h.l.pingChannel, "1000000")
+	testkit.WaitFor(t, eventTimeout, "barrier handled", func() bool { return h.l.pongSeq.Load() == barrier })
+	require.False(t, h.drain(), "a notification on another channel woke the listener")
+	require.Zero(t, h.l.notified.Load())
+}
+
+func TestReconnectsAfterTerminate(t *testing.T) {
+	t.Parallel()
+	_, pool, cfg := database(t)
+	h := start(t, cfg)
+	pid := h.awaitListening(t)
+	require.True(t, backendAlive(t, pool, pid), "listener backend %d in pg_stat_activity", pid)
+	h.drain()
+
+	testkit.Exec(t, pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1`, ApplicationName)
+
+	newPID := h.awaitListening(t)
+	require.NotEqual(t, pid, newPID)
+	require.True(t, backendAlive(t, pool, newPID), "new listener backend %d in pg_stat_activity", newPID)
+	h.awaitWake(t, "catch-up after reconnect")
+	require.Equal(t, 1, h.countLogs("listener reconnected"))
+
+	h.drain()
+	testkit.Exec(t, pool, "NOTIFY outbox")
+	h.awaitWake(t, "NOTIFY after reconnect")
+}
+
+func TestHeartbeatReplacesSilentConnection(t *testing.T) {
+	t.Parallel()
+	dbURL, pool, cfg := database(t)
+	proxyURL, proxy := proxied(t, dbURL, "")
+	cfg.ConnConfig = parseConfig(t, proxyURL)
+	cfg.Pinger = pool // direct, not through the proxy
+	cfg.PingInterval = 200 * time.Millisecond
+	cfg.PingTimeout = 500 * time.Millisecond
+	cfg.ConnectTimeout = time.Second // attempts into the black hole give up
+	h := start(t, cfg)
+	pid := h.awaitListening(t)
+
+	// A healthy connection answers its heartbeats and is kept.
+	testkit.WaitFor(t, eventTimeout, "three heartbeats answered", func() bool { return h.l.pongSeq.Load() >= 3 })
+	require.Empty(t, h.listening, "reconnected although the heartbeat was answered")
+	require.True(t, backendAlive(t, pool, pid))
+
+	// A silent partition: nothing is closed, nothing gets through. Only the
+	// heartbeat can notice; when it does, the listener closes its side and
+	// the proxy closes the backend's.
+	proxy.Blackhole()
+	testkit.WaitFor(t, eventTimeout, "listener abandons the silent connection", func() bool {
+		return !backendAlive(t, pool, pid)
+	})
+	require.GreaterOrEqual(t, h.countLogs("listener heartbeat timed out"), 1)
+	h.drain()
+
+	proxy.Heal()
+	newPID := h.awaitListening(t)
+	require.NotEqual(t, pid, newPID)
+	h.awaitWake(t, "catch-up after reconnect")
+
+	h.drain()
+	testkit.Exec(t, pool, "NOTIFY outbox")
+	h.awaitWake(t, "NOTIFY after reconnect")
+}
+
+func TestRetriesUntilReachable(t *testing.T) {
+	t.Parallel()
+	dbURL, pool, cfg := database(t)
+	proxyURL, proxy := proxied(t, dbURL, "")
+	proxy.Cut()
+	cfg.ConnConfig = parseConfig(t, proxyURL)
+	h := start(t, cfg)
+	h.awaitWake(t, "start")
+
+	testkit.WaitFor(t, eventTimeout, "three failed connects", func() bool {
+		return h.countLogs("listener connect failed") >= 3
+	})
+	require.Empty(t, h.listening)
+	require.Contains(t, h.logs.String(), "level=WARN msg=\"listener connect failed\"")
+	require.Contains(t, h.logs.String(), "err=")
+
+	proxy.Restore()
+	h.awaitListening(t)
+	h.awaitWake(t, "catch-up after connecting")
+
+	h.drain()
+	testkit.Exec(t, pool, "NOTIFY outbox")
+	h.awaitWake(t, "NOTIFY after connecting")
+}
+
+func TestNeverLogsPassword(t *testing.T) {
+	t.Parallel()
+	const password = "n0t-In-Th3-L0gs"
+	dbURL, pool, cfg := database(t)
+	proxyURL, proxy := proxied(t, dbURL, password)
+	proxy.Cut()
+	cfg.ConnConfig = parseConfig(t, proxyURL)
+	cfg.Pinger = pool
+	cfg.PingInterval = 50 * time.Millisecond
+	h := start(t, cfg)
+
+	testkit.WaitFor(t, eventTimeout, "failed connects logged", func() bool {
+		return h.countLogs("listener connect failed") >= 2
+	})
+	proxy.Restore()
+	h.awaitListening(t)
+	testkit.WaitFor(t, eventTimeout, "heartbeats answered", func() bool { return h.l.pongSeq.Load() >= 2 })
+
+	logs := h.logs.String()
+	require.Contains(t, logs, proxy.Addr(), "the logs do name the target")
+	require.NotContains(t, logs, password)
+}
