@@ -1,0 +1,132 @@
+package publish
+
+import (
+	"cmp"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// maxShortString is the AMQP limit on exchange names, routing keys, message
+// ids, types and header keys (a shortstr).
+const maxShortString = 255
+
+// Config configures a Publisher. The zero value is usable: every field
+// documents its default.
+type Config struct {
+	// URL is the broker, amqp:// or amqps://; credentials may be in it and are
+	// never logged or returned in errors. Default "amqp://127.0.0.1:5672/"
+	// (amqp091 then logs in as guest/guest).
+	URL string
+	// Exchange receives every message whose Exchange is empty. Default
+	// "outbox".
+	Exchange string
+	// SkipDeclare leaves Exchange alone at connect. By default (false) it is
+	// declared at every (re)connect as a durable topic exchange; with
+	// SkipDeclare it must already exist.
+	SkipDeclare bool
+	// ConfirmTimeout bounds a whole batch: checking its exchanges, getting
+	// a channel, sending it and receiving every confirmation. Messages
+	// unconfirmed by then fail and their channel is discarded. It also
+	// bounds each socket write, so a stalled connection is torn down and
+	// reconnected. Default 15s.
+	ConfirmTimeout time.Duration
+	// MaxMessageSize is the largest body, in bytes, a message may have;
+	// larger ones fail with ErrInvalid before anything is sent. Default
+	// 16 MiB.
+	MaxMessageSize int
+	// Heartbeat is the AMQP heartbeat interval; a connection silent for
+	// about three intervals is considered dead. Default 10s.
+	Heartbeat time.Duration
+	// DialTimeout bounds one connection attempt: TCP, TLS and the AMQP
+	// handshake. Default 10s.
+	DialTimeout time.Duration
+	// ReconnectMin is the first delay between reconnection attempts; it
+	// doubles (jittered by ±50%) after each failure. Default 100ms.
+	ReconnectMin time.Duration
+	// ReconnectMax caps the delay between reconnection attempts, which go
+	// on until Run's context ends. Default 5s.
+	ReconnectMax time.Duration
+	// TLS configures amqps:// connections. Default: nil, which for amqps://
+	// means the system roots and the URL's host as server name.
+	TLS *tls.Config
+	// Logger receives the publisher's logs, with component=publish. Default:
+	// discarded.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.URL = cmp.Or(c.URL, "amqp://127.0.0.1:5672/")
+	c.Exchange = cmp.Or(c.Exchange, "outbox")
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 15*time.Second)
+	c.MaxMessageSize = cmp.Or(c.MaxMessageSize, 16<<20)
+	c.Heartbeat = cmp.Or(c.Heartbeat, 10*time.Second)
+	c.DialTimeout = cmp.Or(c.DialTimeout, 10*time.Second)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, 100*time.Millisecond)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, 5*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, naming it. It never
+// includes the URL's password.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := validateURL(c.URL); err != nil {
+		return err
+	}
+	switch {
+	case len(c.Exchange) > maxShortString:
+		return fmt.Errorf("publish: Exchange is %d bytes: at most %d", len(c.Exchange), maxShortString)
+	case c.ConfirmTimeout <= 0:
+		return fmt.Errorf("publish: ConfirmTimeout %s: must be positive", c.ConfirmTimeout)
+	case c.MaxMessageSize <= 0:
+		return fmt.Errorf("publish: MaxMessageSize %d: must be positive", c.MaxMessageSize)
+	case c.Heartbeat < time.Second:
+		return fmt.Errorf("publish: Heartbeat %s: must be at least 1s", c.Heartbeat)
+	case c.DialTimeout <= 0:
+		return fmt.Errorf("publish: DialTimeout %s: must be positive", c.DialTimeout)
+	case c.ReconnectMin <= 0:
+		return fmt.Errorf("publish: ReconnectMin %s: must be positive", c.ReconnectMin)
+	case c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("publish: ReconnectMax %s: must be at least ReconnectMin (%s)", c.ReconnectMax, c.ReconnectMin)
+	}
+	return nil
+}
+
+// validateURL checks the URL without ever echoing it: url.Parse's errors
+// quote the whole input, password included.
+func validateURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("publish: URL: %w (reserved characters in the user or password must be percent-encoded)", err)
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return fmt.Errorf("publish: URL %s: scheme must be amqp or amqps", u.Redacted())
+	}
+	if _, err := amqp.ParseURI(raw); err != nil {
+		return fmt.Errorf("publish: URL %s: %w", u.Redacted(), err)
+	}
+	return nil
+}
+
+// redact returns the URL with its password replaced, for logs and errors.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

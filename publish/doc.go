@@ -1,0 +1,30 @@
+// Package publish sends outbox events to RabbitMQ and reports, message by
+// message, which ones the broker has taken responsibility for.
+//
+// A Publisher owns one AMQP connection and a small pool of confirm-mode
+// channels. Publish sends a whole batch on one channel, then awaits every
+// publisher confirmation under a single deadline; it never waits for one
+// message before sending the next. Messages are sent persistent and
+// mandatory, so a message no queue is bound for comes back as a
+// basic.return and fails with ErrReturned rather than vanishing: an ack
+// alone does not prove a message was routed.
+//
+// A message fails on its own, the rest of its batch unaffected, when it is
+// invalid (ErrInvalid), its exchange does not exist (ErrExchangeNotFound,
+// checked before sending, because a publish to a missing exchange closes
+// the channel under the whole batch), it was returned (ErrReturned) or
+// nacked (ErrNacked). Losing the channel or the connection, or running
+// out of time, fails every unconfirmed message of the batch; such errors
+// are transient.
+//
+// Dial connects once and fails fast. Run keeps the connection up: it
+// reconnects with jittered exponential backoff and re-declares the
+// exchange. WaitReady blocks while the publisher is disconnected or the
+// broker has blocked the connection (a memory or disk alarm); Publish does
+// not wait, it fails at once with ErrNotConnected.
+//
+// amqp091-go has no automatic reconnection of its own here (its
+// experimental recovery is left off): a lost connection takes its channels
+// with it, and with them any confirmation still outstanding, which is why a
+// channel is only reused after every confirmation of its batch is in.
+package publish

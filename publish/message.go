@@ -1,0 +1,103 @@
+package publish
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Errors a message's result may wrap. Any other error (connection or channel
+// loss, confirm timeout, not connected) is transient: the same message may
+// succeed later.
+var (
+	// ErrInvalid: the message can never be published as it is (body over
+	// MaxMessageSize, exchange, routing key, message id, type or a header
+	// key over 255 bytes, a header value AMQP cannot carry).
+	ErrInvalid = errors.New("publish: invalid message")
+	// ErrReturned: the broker returned the message as unroutable (no queue
+	// bound for its routing key). The error carries the reply code and text.
+	ErrReturned = errors.New("publish: returned by broker")
+	// ErrNacked: the broker refused the message (basic.nack), for instance a
+	// full queue with overflow=reject-publish.
+	ErrNacked = errors.New("publish: nacked by broker")
+	// ErrExchangeNotFound: the message's own exchange does not exist.
+	ErrExchangeNotFound = errors.New("publish: exchange not found")
+	// ErrNotConnected: Publish was called while the connection was down or
+	// blocked by a broker resource alarm; call WaitReady first.
+	ErrNotConnected = errors.New("publish: not connected")
+	// ErrClosed: the publisher was closed (Close, or Run returned).
+	ErrClosed = errors.New("publish: publisher closed")
+)
+
+// Message is one AMQP message. The publisher sends it persistent, mandatory,
+// with ContentType "application/json".
+type Message struct {
+	// Exchange is where it goes; "" means Config.Exchange.
+	Exchange string
+	// RoutingKey is matched against the exchange's bindings. A message no
+	// binding matches fails with ErrReturned.
+	RoutingKey string
+	// MessageID is the stable id consumers drop duplicates by; it also
+	// matches returned messages to the batch, so it should be unique within
+	// a batch.
+	MessageID string
+	// Type is the AMQP type property (the event type).
+	Type string
+	// Timestamp is the AMQP timestamp property (second precision on the
+	// wire).
+	Timestamp time.Time
+	// Headers are the AMQP headers; see HeadersFromJSON.
+	Headers amqp.Table
+	// Body is the payload, JSON.
+	Body []byte
+}
+
+// validate reports why m can never be published, wrapping ErrInvalid; the
+// exchange is the resolved one. Anything amqp091 would fail to encode is
+// caught here: an encoding error mid-frame tears down the whole connection.
+func (m *Message) validate(exchange string, maxBody int) error {
+	switch {
+	case len(m.Body) > maxBody:
+		return fmt.Errorf("%w: body is %d bytes, more than MaxMessageSize %d", ErrInvalid, len(m.Body), maxBody)
+	case len(exchange) > maxShortString:
+		return fmt.Errorf("%w: exchange is %d bytes, more than %d", ErrInvalid, len(exchange), maxShortString)
+	case len(m.RoutingKey) > maxShortString:
+		return fmt.Errorf("%w: routing key is %d bytes, more than %d", ErrInvalid, len(m.RoutingKey), maxShortString)
+	case len(m.MessageID) > maxShortString:
+		return fmt.Errorf("%w: message id is %d bytes, more than %d", ErrInvalid, len(m.MessageID), maxShortString)
+	case len(m.Type) > maxShortString:
+		return fmt.Errorf("%w: type is %d bytes, more than %d", ErrInvalid, len(m.Type), maxShortString)
+	}
+	if err := m.Headers.Validate(); err != nil {
+		return fmt.Errorf("%w: headers: %w", ErrInvalid, err)
+	}
+	if err := validateKeys(m.Headers); err != nil {
+		return fmt.Errorf("%w: headers: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// validateKeys checks the one thing Table.Validate does not: table keys are
+// shortstrs, at most 255 bytes, at any depth.
+func validateKeys(v any) error {
+	switch v := v.(type) {
+	case amqp.Table:
+		for k, f := range v {
+			if len(k) > maxShortString {
+				return fmt.Errorf("key %.32q… is %d bytes, more than %d", k, len(k), maxShortString)
+			}
+			if err := validateKeys(f); err != nil {
+				return fmt.Errorf("table field %q: %w", k, err)
+			}
+		}
+	case []any:
+		for _, f := range v {
+			if err := validateKeys(f); err != nil {
+				return fmt.Errorf("in array: %w", err)
+			}
+		}
+	}
+	return nil
+}
