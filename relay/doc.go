@@ -1,0 +1,15 @@
+// Package relay is the dispatcher: it wires the notify listener, the claim
+// store and the RabbitMQ publisher into the loop wake → claim → publish →
+// mark, with a jittered fallback poll and a cleanup loop beside it.
+//
+// Wake-ups coalesce: notifications, poll ticks, retry timers and the start
+// all feed one buffered signal, so any burst becomes one claim pass. A pass
+// keeps claiming until a batch comes back short; a full batch wakes another
+// worker, so a backlog is drained by every worker at once.
+//
+// A row is marked published only after RabbitMQ confirmed it and did not
+// return it. Failed rows go back on the claim store's retry schedule, or are
+// dead-lettered when they can never succeed. On shutdown the relay stops
+// claiming, finishes and confirms what is in flight, releases the leases of
+// anything unpublished and returns within Config.ShutdownTimeout.
+package relay

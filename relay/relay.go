@@ -1,0 +1,346 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/publish"
+)
+
+// Store is what the relay needs of the outbox store; *claim.Store has it.
+type Store interface {
+	Claim(ctx context.Context, limit int) (claim.Batch, error)
+	MarkPublished(ctx context.Context, ids []int64) (int64, error)
+	Retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) (dead int, next time.Duration, err error)
+	Release(ctx context.Context, lease claim.LeaseID, ids []int64) (int64, error)
+	DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error)
+}
+
+// Publisher is what the relay needs of RabbitMQ; *publish.Publisher has it.
+type Publisher interface {
+	// Run keeps the broker connection up until ctx is cancelled.
+	Run(ctx context.Context) error
+	// WaitReady blocks while the broker is unreachable or blocked.
+	WaitReady(ctx context.Context) error
+	// Publish publishes a batch and returns one error per message, nil for
+	// each one RabbitMQ confirmed and routed.
+	Publish(ctx context.Context, msgs []publish.Message) []error
+}
+
+// Listener wakes the relay when new events may be waiting;
+// *notify.Listener has it.
+type Listener interface {
+	Run(ctx context.Context) error
+	C() <-chan struct{}
+}
+
+// Relay moves events from the outbox to RabbitMQ.
+type Relay struct {
+	cfg      Config
+	store    Store
+	pub      Publisher
+	listener Listener
+	log      *slog.Logger
+	wake     chan struct{}
+}
+
+// New validates cfg and builds a relay. listener may be nil: the relay then
+// relies on its fallback poll alone.
+func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Relay{
+		cfg:      cfg,
+		store:    store,
+		pub:      pub,
+		listener: listener,
+		log:      cfg.Logger.With("component", "relay"),
+		wake:     make(chan struct{}, 1),
+	}, nil
+}
+
+// poke asks for a claim pass; pokes made while one is pending coalesce.
+func (r *Relay) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays events until ctx is cancelled, then shuts down gracefully:
+// claiming stops, in-flight batches are confirmed and marked (for at most
+// ShutdownTimeout), unpublished leases are released, and the publisher and
+// listener are stopped. It returns nil after a shutdown asked for by ctx, or
+// the error that stopped a part of the relay.
+func (r *Relay) Run(ctx context.Context) error {
+	// The publisher and listener outlive the workers: they stop only once
+	// the last in-flight batch is settled.
+	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopParts()
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+
+	var (
+		parts    sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	fail := func(part string, err error) {
+		if err == nil || partsCtx.Err() != nil {
+			return
+		}
+		errOnce.Do(func() { firstErr = fmt.Errorf("%s: %w", part, err) })
+		stopWork()
+	}
+	parts.Go(func() { fail("publisher", r.pub.Run(partsCtx)) })
+	if r.listener != nil {
+		parts.Go(func() { fail("listener", r.listener.Run(partsCtx)) })
+		parts.Go(func() { r.forwardWakeups(partsCtx) })
+	}
+
+	var loops sync.WaitGroup
+	loops.Go(func() { r.poll(workCtx) })
+	if r.cfg.CleanupInterval > 0 {
+		loops.Go(func() { r.cleanup(workCtx) })
+	}
+	for range r.cfg.Workers {
+		loops.Go(func() { r.work(workCtx) })
+	}
+	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
+	loops.Wait()
+	stopParts()
+	parts.Wait()
+	r.log.Info("relay stopped")
+	return firstErr
+}
+
+func (r *Relay) forwardWakeups(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.listener.C():
+			r.poke()
+		}
+	}
+}
+
+// poll wakes the workers at start and then every PollInterval ±10%, so
+// events whose notification was lost wait at most that long.
+func (r *Relay) poll(ctx context.Context) {
+	for {
+		r.poke()
+		d := time.Duration(float64(r.cfg.PollInterval) * (0.9 + 0.2*rand.Float64()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cfg.Clock.After(d):
+		}
+	}
+}
+
+// wakeAfter pokes the workers once d has passed (a retry falling due).
+func (r *Relay) wakeAfter(ctx context.Context, d time.Duration) {
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-r.cfg.Clock.After(d):
+			r.poke()
+		}
+	}()
+}
+
+func (r *Relay) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+		r.pass(ctx)
+	}
+}
+
+// pass claims and publishes batches until one comes back short.
+func (r *Relay) pass(ctx context.Context) {
+	for {
+		if err := r.pub.WaitReady(ctx); err != nil {
+			return
+		}
+		// The claim itself is not cancelled half-way: a claim whose result
+		// is lost would leave its rows leased until the lease expires.
+		batch, err := r.store.Claim(context.WithoutCancel(ctx), r.cfg.BatchSize)
+		if err != nil {
+			r.log.Error("claim failed", "err", err)
+			return
+		}
+		n := len(batch.Events)
+		if n == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			r.release(batch.Lease, ids(batch.Events))
+			return
+		}
+		full := n == r.cfg.BatchSize
+		if full {
+			r.poke() // more is waiting: let another worker join in
+		}
+		r.process(ctx, batch)
+		if !full {
+			return
+		}
+	}
+}
+
+// process publishes one claimed batch and settles every row of it: marked
+// published, put back for retry, dead-lettered or released.
+func (r *Relay) process(ctx context.Context, batch claim.Batch) {
+	// In-flight work finishes even when shutdown begins, within a bound.
+	pubCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancel)
+		context.AfterFunc(pubCtx, func() { t.Stop() })
+	})
+	defer stop()
+
+	msgs := make([]publish.Message, 0, len(batch.Events))
+	sent := make([]claim.Event, 0, len(batch.Events))
+	var failures []claim.Failure
+	for _, e := range batch.Events {
+		m, err := Message(e)
+		if err != nil {
+			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err, Permanent: true})
+			continue
+		}
+		msgs = append(msgs, m)
+		sent = append(sent, e)
+	}
+	results := r.pub.Publish(pubCtx, msgs)
+
+	published := make([]int64, 0, len(sent))
+	var unsettled []int64
+	for i, err := range results {
+		e := sent[i]
+		switch {
+		case err == nil:
+			published = append(published, e.ID)
+		case errors.Is(err, publish.ErrInvalid):
+			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err, Permanent: true})
+		case pubCtx.Err() != nil:
+			// Shutdown cut the publish short: not the event's fault.
+			unsettled = append(unsettled, e.ID)
+		default:
+			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err})
+		}
+	}
+	r.markPublished(published)
+	r.retry(ctx, batch.Lease, failures)
+	r.release(batch.Lease, unsettled)
+	r.log.Debug("batch settled", "claimed", len(batch.Events), "published", len(published),
+		"failed", len(failures), "released", len(unsettled))
+}
+
+// markPublished records confirmed events, retrying a failing database for up
+// to MarkRetry. If it still fails the leases expire and the events are
+// published again: a duplicate, never a loss.
+func (r *Relay) markPublished(ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.MarkRetry)
+	defer cancel()
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
+	err := backoff.RetryNotify(func() error {
+		_, err := r.store.MarkPublished(ctx, ids)
+		return err
+	}, backoff.WithContext(b, ctx), func(err error, d time.Duration) {
+		r.log.Warn("mark published failed, retrying", "err", err, "events", len(ids), "retry_in", d)
+	})
+	if err != nil {
+		r.log.Error("mark published gave up; the events will be published again when their lease expires",
+			"err", err, "events", len(ids))
+	}
+}
+
+func (r *Relay) retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) {
+	if len(failures) == 0 {
+		return
+	}
+	dead, next, err := r.store.Retry(context.Background(), lease, failures)
+	if err != nil {
+		r.log.Error("recording failed publishes failed; they are retried when their lease expires",
+			"err", err, "events", len(failures))
+		return
+	}
+	r.log.Warn("publish failed", "err", failures[0].Err, "events", len(failures), "dead_lettered", dead)
+	if next > 0 {
+		r.wakeAfter(ctx, next)
+	}
+}
+
+func (r *Relay) release(lease claim.LeaseID, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := r.store.Release(context.Background(), lease, ids); err != nil {
+		r.log.Error("release failed; the events are claimable when their lease expires", "err", err, "events", len(ids))
+		return
+	}
+	r.log.Info("released unpublished events", "events", len(ids))
+}
+
+func ids(events []claim.Event) []int64 {
+	out := make([]int64, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// cleanup deletes old published rows at start and then every
+// CleanupInterval, in batches until one comes back short.
+func (r *Relay) cleanup(ctx context.Context) {
+	for {
+		r.cleanupOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cfg.Clock.After(r.cfg.CleanupInterval):
+		}
+	}
+}
+
+func (r *Relay) cleanupOnce(ctx context.Context) {
+	var total int64
+	for ctx.Err() == nil {
+		n, err := r.store.DeletePublished(ctx, r.cfg.Retention, r.cfg.CleanupBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Error("cleanup failed", "err", err)
+			}
+			break
+		}
+		total += n
+		if n < int64(r.cfg.CleanupBatch) {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.Info("cleanup deleted published events", "events", total, "older_than", r.cfg.Retention)
+	}
+}

@@ -1,0 +1,433 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/notify"
+	"github.com/outboxrelay/outboxrelay/publish"
+	"github.com/outboxrelay/outboxrelay/relay"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is one test's outbox database, exchange and consumer queue.
+type env struct {
+	url      string
+	pool     *pgxpool.Pool
+	exchange string
+	queue    *testkit.Queue
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	return &env{url: url, pool: pool, exchange: exchange, queue: testkit.NewQueue(t, exchange, "#")}
+}
+
+// options adjust one relay of a test.
+type options struct {
+	relay    relay.Config
+	claim    claim.Config
+	publish  publish.Config
+	notify   notify.Config
+	noListen bool
+}
+
+// running is a relay started by start; stop shuts it down and returns Run's
+// result.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case r.err = <-r.done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("relay did not stop within 60s")
+		}
+	})
+	return r.err
+}
+
+func (e *env) start(t *testing.T, o options) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := claim.New(e.pool, o.claim)
+	require.NoError(t, err)
+	o.publish.URL = cmpOr(o.publish.URL, testkit.AMQPURL())
+	o.publish.Exchange = e.exchange
+	o.publish.SkipDeclare = true
+	pub, err := publish.Dial(ctx, o.publish)
+	require.NoError(t, err)
+	var listener relay.Listener
+	if !o.noListen {
+		cc, err := pgx.ParseConfig(e.url)
+		require.NoError(t, err)
+		o.notify.ConnConfig = cc
+		o.notify.Pinger = e.pool
+		l, err := notify.New(o.notify)
+		require.NoError(t, err)
+		listener = l
+	}
+	if o.relay.Logger == nil {
+		o.relay.Logger = testLogger(t)
+	}
+	r, err := relay.New(o.relay, store, pub, listener)
+	require.NoError(t, err)
+	run := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		err := r.Run(ctx)
+		pub.Close()
+		run.done <- err
+	}()
+	t.Cleanup(func() { require.NoError(t, run.stop(t)) })
+	return run
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+func (e *env) count(t *testing.T, where string) int64 {
+	t.Helper()
+	return testkit.QueryInt(t, e.pool, "SELECT count(*) FROM outbox WHERE "+where)
+}
+
+// collect receives until want distinct message ids have arrived.
+func (e *env) collect(t *testing.T, counter testkit.Counter, want int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for len(counter) < want {
+		select {
+		case d := <-e.queue.Deliveries:
+			counter[d.MessageId]++
+		case <-deadline.C:
+			t.Fatalf("%d of %d events arrived within %s", len(counter), want, timeout)
+		}
+	}
+}
+
+func TestOneEventArrivesWithItsPropertiesAndIsMarkedPublished(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, options{})
+	var id int64
+	var eventID string
+	var created time.Time
+	require.NoError(t, e.pool.QueryRow(context.Background(),
+		`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers)
+		 VALUES ('order', 'o-1', 'created', '{"total": 42}', '{"tenant": "acme", "n": 3}')
+		 RETURNING id, event_id::text, created_at`).Scan(&id, &eventID, &created))
+
+	d := e.queue.Receive(t, 1, 30*time.Second)[0]
+	require.Equal(t, eventID, d.MessageId)
+	require.Equal(t, "created", d.Type)
+	require.Equal(t, "application/json", d.ContentType)
+	require.Equal(t, amqp.Persistent, d.DeliveryMode)
+	require.Equal(t, created.Unix(), d.Timestamp.Unix())
+	require.Equal(t, e.exchange, d.Exchange)
+	require.Equal(t, "order.created", d.RoutingKey)
+	require.JSONEq(t, `{"total": 42}`, string(d.Body))
+	require.Equal(t, "order", d.Headers["aggregate_type"])
+	require.Equal(t, "o-1", d.Headers["aggregate_id"])
+	require.Equal(t, "acme", d.Headers["tenant"])
+	require.EqualValues(t, 3, d.Headers["n"])
+	testkit.WaitFor(t, 10*time.Second, "row marked published", func() bool {
+		return e.count(t, fmt.Sprintf("id = %d AND status = 'published' AND published_at IS NOT NULL AND lease_id IS NULL", id)) == 1
+	})
+}
+
+func TestPerRowExchangeAndRoutingKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	other := testkit.NewExchange(t)
+	otherQ := testkit.NewQueue(t, other, "custom.key")
+	e.start(t, options{})
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, exchange, routing_key)
+		VALUES ('order', '1', 'created', '{}', $1, 'custom.key')`, other)
+	d := otherQ.Receive(t, 1, 30*time.Second)[0]
+	require.Equal(t, other, d.Exchange)
+	require.Equal(t, "custom.key", d.RoutingKey)
+}
+
+func TestTenThousandEventsArriveExactlyOnce(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	for _, tc := range []struct {
+		name        string
+		startBefore bool
+		producers   int
+	}{
+		{"one transaction, relay started before", true, 1},
+		{"one transaction, relay started after", false, 1},
+		{"16 producers, relay started before", true, 16},
+		{"16 producers, relay started after", false, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			var r *running
+			if tc.startBefore {
+				r = e.start(t, options{})
+			}
+			insert(t, e.pool, n, tc.producers)
+			if !tc.startBefore {
+				r = e.start(t, options{})
+			}
+			counter := testkit.Counter{}
+			e.collect(t, counter, n, 120*time.Second)
+			testkit.WaitFor(t, 30*time.Second, "all rows marked published", func() bool {
+				return e.count(t, "status = 'published'") == n
+			})
+			require.NoError(t, r.stop(t))
+			counter.Add(e.queue.Drain(t, 30*time.Second))
+			require.Len(t, counter, n)
+			require.Zero(t, counter.Duplicates(), "no event may arrive twice without a fault")
+		})
+	}
+}
+
+// insert writes n events: in one transaction when producers is 1, otherwise
+// from that many concurrent producers, each event its own transaction.
+func insert(t *testing.T, pool *pgxpool.Pool, n, producers int) {
+	t.Helper()
+	if producers == 1 {
+		testkit.InsertEvents(t, pool, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := p; i < n; i += producers {
+				_, err := pool.Exec(context.Background(),
+					`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', $1, 'created', $2)`,
+					fmt.Sprint(i%97), fmt.Sprintf(`{"n": %d}`, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestRolledBackInsertsAreNeverPublished(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.start(t, options{})
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', i::text, 'rolled-back', '{}' FROM generate_series(1, 100) i`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(ctx))
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'committed', '{}')`)
+
+	got := e.queue.Receive(t, 1, 30*time.Second)
+	require.NoError(t, r.stop(t))
+	got = append(got, e.queue.Drain(t, 30*time.Second)...)
+	require.Len(t, got, 1)
+	require.Equal(t, "committed", got[0].Type)
+}
+
+// TestListenerReconnectWakesTheRelay terminates the listener's backend: the
+// events inserted meanwhile must arrive through the reconnect's wake-up, long
+// before the (hour-long) fallback poll.
+func TestListenerReconnectWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, options{relay: relay.Config{PollInterval: time.Hour}})
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'first', '{}')`)
+	e.queue.Receive(t, 1, 30*time.Second)
+
+	listenerBackend := func() int64 {
+		return testkit.QueryInt(t, e.pool, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE application_name = $1 AND datname = current_database()`, notify.ApplicationName)
+	}
+	old := listenerBackend()
+	require.NotZero(t, old)
+	testkit.Exec(t, e.pool, `SELECT pg_terminate_backend($1::int)`, old)
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', i::text, 'while-disconnected', '{}' FROM generate_series(1, 50) i`)
+
+	got := e.queue.Receive(t, 50, 20*time.Second)
+	require.Equal(t, "while-disconnected", got[0].Type)
+	testkit.WaitFor(t, 10*time.Second, "a new listener backend", func() bool {
+		pid := listenerBackend()
+		return pid != 0 && pid != old
+	})
+}
+
+func TestFallbackPollFindsEventsWithoutNotify(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testkit.Exec(t, e.pool, `DROP TRIGGER outbox_notify ON outbox`)
+	e.start(t, options{relay: relay.Config{PollInterval: 300 * time.Millisecond}})
+	testkit.InsertEvents(t, e.pool, 20)
+	e.queue.Receive(t, 20, 30*time.Second)
+}
+
+// TestRabbitMQConnectionCutMidStream cuts the relay's broker connection (a
+// TCP proxy closes it) while producers are writing: every event still
+// arrives, and the relay reconnects by itself.
+func TestRabbitMQConnectionCutMidStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	amqpURL, err := url.Parse(testkit.AMQPURL())
+	require.NoError(t, err)
+	proxy := testkit.NewProxy(t, amqpURL.Host)
+	amqpURL.Host = proxy.Addr()
+	e.start(t, options{
+		publish: publish.Config{URL: amqpURL.String(), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond},
+		claim:   claim.Config{RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
+	})
+	const n = 3000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		insert(t, e.pool, n, 4)
+	}()
+	counter := testkit.Counter{}
+	e.collect(t, counter, 300, 30*time.Second)
+	proxy.Cut()
+	proxy.Restore()
+	e.collect(t, counter, 1500, 60*time.Second)
+	proxy.Cut()
+	proxy.Restore()
+	<-done
+	e.collect(t, counter, n, 120*time.Second)
+	testkit.WaitFor(t, 30*time.Second, "all rows published", func() bool {
+		return e.count(t, "status = 'published'") == n
+	})
+	t.Logf("duplicates after two cuts: %d", counter.Duplicates())
+}
+
+// TestUnroutableEventsAreRetriedThenDeadLettered sends one event to an
+// exchange that does not exist and one to an exchange with no binding: each
+// is retried on its schedule and then dead-lettered, while the other events
+// keep flowing.
+func TestUnroutableEventsAreRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	unbound := testkit.NewExchange(t)
+	e.start(t, options{claim: claim.Config{MaxAttempts: 3, RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond}})
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, exchange)
+		VALUES ('order', '1', 'missing-exchange', '{}', $1), ('order', '2', 'no-binding', '{}', $2)`,
+		testkit.UniqueName("missing"), unbound)
+	testkit.InsertEvents(t, e.pool, 200)
+	e.queue.Receive(t, 200, 30*time.Second)
+
+	testkit.WaitFor(t, 30*time.Second, "both unroutable events dead-lettered", func() bool {
+		return e.count(t, "status = 'failed' AND attempts = 3") == 2
+	})
+	require.Equal(t, int64(1), e.count(t, "event_type = 'missing-exchange' AND last_error LIKE '%not found%'"))
+	require.Equal(t, int64(1), e.count(t, "event_type = 'no-binding' AND last_error LIKE '%NO_ROUTE%'"))
+	testkit.InsertEvents(t, e.pool, 10)
+	e.queue.Receive(t, 10, 30*time.Second)
+}
+
+// TestMalformedRowsAreDeadLetteredAlone: a row whose headers are not a JSON
+// object and a row whose payload is over the size limit are dead-lettered at
+// once with a clear error; the rest of their batch is delivered.
+func TestMalformedRowsAreDeadLetteredAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, options{publish: publish.Config{MaxMessageSize: 1024}})
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) VALUES
+		('order', '1', 'ok', '{}', NULL),
+		('order', '2', 'bad-headers', '{}', '[1, 2]'),
+		('order', '3', 'too-big', jsonb_build_object('blob', repeat('x', 2000)), NULL),
+		('order', '4', 'ok', '{}', NULL)`)
+	got := e.queue.Receive(t, 2, 30*time.Second)
+	require.Equal(t, "ok", got[0].Type)
+	require.Equal(t, "ok", got[1].Type)
+	testkit.WaitFor(t, 30*time.Second, "malformed rows dead-lettered", func() bool {
+		return e.count(t, "status = 'failed' AND attempts = 1") == 2
+	})
+	require.Equal(t, int64(1), e.count(t, "event_type = 'bad-headers' AND last_error LIKE '%headers%'"))
+	require.Equal(t, int64(1), e.count(t, "event_type = 'too-big' AND last_error LIKE '%1024%'"))
+}
+
+// TestShutdownSettlesInFlightBatches stops a relay whose broker is slow
+// while it has batches in flight: it returns, and every row is either
+// published or back to claimable — no lease is left behind.
+func TestShutdownSettlesInFlightBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	amqpURL, err := url.Parse(testkit.AMQPURL())
+	require.NoError(t, err)
+	proxy := testkit.NewProxy(t, amqpURL.Host)
+	amqpURL.Host = proxy.Addr()
+	r := e.start(t, options{
+		publish: publish.Config{URL: amqpURL.String()},
+		relay:   relay.Config{BatchSize: 50, Workers: 2},
+	})
+	testkit.InsertEvents(t, e.pool, 2000)
+	e.queue.Receive(t, 1, 30*time.Second)
+	proxy.Latency(100 * time.Millisecond)
+	require.NoError(t, r.stop(t))
+	require.Zero(t, e.count(t, "lease_id IS NOT NULL"), "a stopped relay leaves no lease")
+	require.Zero(t, e.count(t, "status = 'pending' AND available_at > now()"))
+	published := e.count(t, "status = 'published'")
+	require.Less(t, published, int64(2000), "the test must stop the relay mid-drain")
+	require.Equal(t, int64(2000)-published, e.count(t, "status = 'pending' AND attempts = 0"))
+}
+
+func TestCleanupDeletesOnlyOldPublishedRows(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testkit.Exec(t, e.pool, `ALTER TABLE outbox DISABLE TRIGGER outbox_notify`)
+	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, published_at, available_at)
+		SELECT 'a', i::text, s.kind, '{}', s.status, s.published_at, now() + interval '1 day'
+		FROM generate_series(1, 30) i,
+		(VALUES ('old', 'published', now() - interval '2 hours'),
+		        ('recent', 'published', now() - interval '5 minutes'),
+		        ('pending', 'pending', NULL),
+		        ('dead', 'failed', NULL)) AS s (kind, status, published_at)`)
+	e.start(t, options{relay: relay.Config{Retention: time.Hour, CleanupInterval: 50 * time.Millisecond, CleanupBatch: 7}})
+	testkit.WaitFor(t, 30*time.Second, "old published rows deleted", func() bool {
+		return e.count(t, "event_type = 'old'") == 0
+	})
+	require.Equal(t, int64(30), e.count(t, "event_type = 'recent'"))
+	require.Equal(t, int64(30), e.count(t, "event_type = 'pending'"))
+	require.Equal(t, int64(30), e.count(t, "event_type = 'dead'"))
+}
