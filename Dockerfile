@@ -1,0 +1,12 @@
+# The relay as a small static image: docker compose builds it from here.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /outboxrelay ./cmd/outboxrelay
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /outboxrelay /outboxrelay
+ENTRYPOINT ["/outboxrelay"]
+CMD ["run"]

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lmittmann/tint"
+	"github.com/mattn/go-isatty"
+)
+
+// DatabaseFlags reach PostgreSQL.
+type DatabaseFlags struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL connection URL; pool settings (pool_max_conns) and search_path may be given in it."`
+}
+
+// LogFlags shape the logs.
+type LogFlags struct {
+	LogFormat string `name:"log-format" env:"OUTBOX_LOG_FORMAT" default:"auto" enum:"auto,text,json" help:"Log format: auto (colored text on a terminal, JSON otherwise), text or json."`
+	LogLevel  string `name:"log-level" env:"OUTBOX_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
+}
+
+func (f LogFlags) logger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(f.LogLevel)) // the enum already checked it
+	format := f.LogFormat
+	if format == "auto" {
+		format = "json"
+		if file, ok := w.(*os.File); ok && isatty.IsTerminal(file.Fd()) {
+			format = "text"
+		}
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+}
+
+// redactURL hides the password of a URL for logs and errors.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// poolConfig parses DATABASE_URL for the relay's pool: its own application
+// name, and synchronous_commit off for the relay's own transactions (a claim
+// or mark lost in a database crash only re-publishes events, never loses
+// one).
+func (f DatabaseFlags) poolConfig() (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(f.DatabaseURL)
+	if err != nil {
+		return nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if params["application_name"] == "" {
+		params["application_name"] = "outboxrelay"
+	}
+	if params["synchronous_commit"] == "" {
+		params["synchronous_commit"] = "off"
+	}
+	return cfg, nil
+}
+
+// connect opens the pool and proves the database reachable.
+func (f DatabaseFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := f.poolConfig()
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, usagef("PostgreSQL at %s: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+	}
+	return pool, nil
+}
+
+// conn opens one plain connection (migrations).
+func (f DatabaseFlags) conn(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(f.DatabaseURL)
+	if err != nil {
+		return nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
+	}
+	cfg.RuntimeParams["application_name"] = "outboxrelay-migrate"
+	connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(connCtx, cfg)
+	if err != nil {
+		return nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+	}
+	return conn, nil
+}
+
+// scrub removes a URL's password from an error text, whatever the library
+// put in it.
+func scrub(err error, rawURL string) error {
+	msg := err.Error()
+	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+		}
+	}
+	return fmt.Errorf("%s", msg)
+}

@@ -1,0 +1,99 @@
+// Command outboxrelay relays events from a PostgreSQL outbox table to
+// RabbitMQ: LISTEN/NOTIFY wakes it, FOR UPDATE SKIP LOCKED claims, publisher
+// confirms prove delivery. See README.md.
+//
+//	outboxrelay [run]     relay events (the default; applies migrations first)
+//	outboxrelay migrate   apply the schema migrations and exit
+//
+// Every flag has an environment variable; --help lists them with defaults.
+// Exit codes: 0 after a clean shutdown, 2 for bad configuration or a service
+// that cannot be reached at start-up, 1 for any other failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is a configuration problem or a service unreachable at
+// start-up: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Exit)
+	stop()
+	os.Exit(code)
+}
+
+// Main runs the command line args and returns the exit code. exit is called
+// by --help.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit func(int)) int {
+	var cli CLI
+	parser, err := kong.New(&cli,
+		kong.Name("outboxrelay"),
+		kong.Description("Relays events from a PostgreSQL outbox table to RabbitMQ with publisher confirms."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(exit),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxrelay: %v\n", err)
+		return exitFailure
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "outboxrelay: %s\n", oneLine(err.Error()))
+		return exitUsage
+	}
+	switch kctx.Command() {
+	case "migrate":
+		err = cli.Migrate.Run(ctx, stderr)
+	default:
+		err = cli.Run.Run(ctx, stderr)
+	}
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "outboxrelay: %s\n", oneLine(err.Error()))
+	if errors.As(err, new(usageError)) {
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// CLI is the command line.
+type CLI struct {
+	Run     RunCmd     `cmd:"" default:"withargs" help:"Relay events from the outbox to RabbitMQ (the default command)."`
+	Migrate MigrateCmd `cmd:"" help:"Apply the schema migrations and exit."`
+}
+
+// oneLine folds a multi-line error (pgx lists every host it tried on a line
+// of its own) into one line.
+func oneLine(s string) string {
+	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return strings.Join(lines, " ")
+}

@@ -1,0 +1,231 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// binary is the outboxrelay command, built once for the package's tests:
+// the relay runs as a real process that can be killed.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outboxrelay-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "outboxrelay")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build outboxrelay:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's output safely.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// process is a running outboxrelay.
+type process struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+// relayEnv is the environment a test's relay runs with: its database, the
+// local RabbitMQ, JSON logs, and quick polls.
+func relayEnv(databaseURL, exchange string, extra ...string) []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=" + databaseURL,
+		"AMQP_URL=" + testkit.AMQPURL(),
+		"OUTBOX_EXCHANGE=" + exchange,
+		"OUTBOX_LOG_FORMAT=json",
+	}
+	return append(env, extra...)
+}
+
+func startRelay(t *testing.T, env []string, args ...string) *process {
+	t.Helper()
+	p := &process{t: t, cmd: exec.Command(binary, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("relay output:\n%s", p.out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and requires a clean exit within 60s.
+func (p *process) stop() {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+		require.NoError(p.t, p.err, p.out.String())
+	case <-time.After(60 * time.Second):
+		p.t.Fatalf("relay did not stop within 60s after SIGTERM:\n%s", p.out.String())
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *process) kill() {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.done
+}
+
+// runOnce runs the binary to completion and returns its exit code and output.
+func runOnce(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stdout.String(), stderr.String()
+	default:
+		t.Fatalf("run outboxrelay: %v", err)
+		return -1, "", ""
+	}
+}
+
+func TestHelpListsEverySettingWithItsVariable(t *testing.T) {
+	t.Parallel()
+	secrets := []string{"DATABASE_URL=postgres://u:s3cret@h/db", "AMQP_URL=amqp://u:s3cret@h/"}
+	code, stdout, _ := runOnce(t, secrets, "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "run")
+	require.Contains(t, stdout, "migrate")
+	for _, args := range [][]string{{"run", "--help"}, {"migrate", "--help"}} {
+		code, stdout, _ := runOnce(t, secrets, args...)
+		require.Equal(t, 0, code, args)
+		require.Contains(t, stdout, "DATABASE_URL", args)
+		require.NotContains(t, stdout, "s3cret", "--help must not print passwords")
+	}
+	_, stdout, _ = runOnce(t, nil, "run", "--help")
+	for _, v := range []string{"AMQP_URL", "OUTBOX_BATCH_SIZE", "OUTBOX_WORKERS", "OUTBOX_POLL_INTERVAL", "OUTBOX_LEASE",
+		"OUTBOX_RETENTION", "OUTBOX_TABLE", "OUTBOX_STATUS_PENDING", "OUTBOX_COLUMN_ID", "--no-migrate"} {
+		require.Contains(t, stdout, v)
+	}
+}
+
+func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
+	t.Parallel()
+	url, pool := testkit.NewOutbox(t)
+	testkit.InsertEvents(t, pool, 10)
+	exchange := testkit.NewExchange(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"malformed database URL", relayEnv("postgres://u:s3cret@[::1", exchange), nil, "DATABASE_URL"},
+		{"malformed AMQP URL", relayEnv(url, exchange, "AMQP_URL=http://u:s3cret@localhost/"), nil, "AMQP_URL"},
+		{"negative batch size", relayEnv(url, exchange), []string{"--batch-size=-1"}, "--batch-size -1"},
+		{"negative batch size from the environment", relayEnv(url, exchange, "OUTBOX_BATCH_SIZE=-5"), nil, "--batch-size -5"},
+		{"not a number", relayEnv(url, exchange, "OUTBOX_WORKERS=many"), nil, "workers"},
+		{"unknown flag", relayEnv(url, exchange), []string{"--bogus"}, "--bogus"},
+		{"lease shorter than confirms", relayEnv(url, exchange), []string{"--lease=1s", "--confirm-timeout=5s"}, "--lease"},
+		{"bad status value", relayEnv(url, exchange), []string{"--status-pending=it's"}, "Statuses.Pending"},
+		{"missing table", relayEnv(url, exchange), []string{"--no-migrate", "--table=nope"}, "nope"},
+		{"unreachable database", relayEnv("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=5", exchange), nil, "PostgreSQL"},
+		{"unreachable RabbitMQ", relayEnv(url, exchange, "AMQP_URL=amqp://u:s3cret@127.0.0.1:1/"), nil, "RabbitMQ"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runOnce(t, tc.env, tc.args...)
+			require.Equal(t, 2, code, stderr)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			last := lines[len(lines)-1]
+			require.Contains(t, last, tc.want)
+			require.True(t, strings.HasPrefix(last, "outboxrelay: "), last)
+			require.NotContains(t, stderr, "s3cret")
+		})
+	}
+	require.Equal(t, int64(10), testkit.QueryInt(t, pool,
+		`SELECT count(*) FROM outbox WHERE status = 'pending' AND attempts = 0 AND lease_id IS NULL`), "nothing may be claimed")
+}
+
+func TestMigrationsTwiceAndConcurrently(t *testing.T) {
+	t.Parallel()
+	url := testkit.NewDatabase(t)
+	env := relayEnv(url, "unused")
+	var wg sync.WaitGroup
+	results := make([]int, 3)
+	outputs := make([]string, 3)
+	for i := range 3 {
+		wg.Go(func() { results[i], _, outputs[i] = runOnce(t, env, "migrate") })
+	}
+	wg.Wait()
+	for i := range results {
+		require.Equal(t, 0, results[i], outputs[i])
+	}
+	code, _, stderr := runOnce(t, env, "migrate")
+	require.Equal(t, 0, code, stderr)
+	pool := testkit.NewPool(t, url)
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT version FROM outboxrelay_schema_version`))
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM outboxrelay_schema_version`))
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'`))
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify'`))
+	require.Equal(t, int64(3), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox'`))
+}

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/outboxrelay/outboxrelay/migrations"
+)
+
+// MigrateCmd applies the schema migrations.
+type MigrateCmd struct {
+	DatabaseFlags
+	LogFlags
+}
+
+// Run applies the migrations and reports the version reached.
+func (c *MigrateCmd) Run(ctx context.Context, stderr io.Writer) error {
+	log := c.logger(stderr).With("component", "migrate")
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	v, err := migrations.Migrate(ctx, conn, log)
+	if err != nil {
+		return fmt.Errorf("%w", err)
+	}
+	log.Info("schema is up to date", "version", v, "database", redactURL(c.DatabaseURL))
+	return nil
+}

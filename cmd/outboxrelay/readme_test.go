@@ -1,0 +1,83 @@
+package main_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// readmeBlock returns the code block that follows the marker
+// <!-- readme-test: name --> in README.md.
+func readmeBlock(t *testing.T, name string) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	re := regexp.MustCompile("(?s)<!-- readme-test: " + regexp.QuoteMeta(name) + " -->\\s*```[a-z]*\\n(.*?)```")
+	m := re.FindSubmatch(readme)
+	require.NotNil(t, m, "README.md has no %q block", name)
+	return strings.TrimSpace(string(m[1]))
+}
+
+// TestReadmeQuickStart does what the README's quick start says: it runs the
+// relay command from the repository root and inserts the SQL example with
+// psql; the event arrives on the exchange. Only the environment differs: a
+// database and an exchange of the test's own, through DATABASE_URL and
+// OUTBOX_EXCHANGE, so the test leaves nothing behind.
+func TestReadmeQuickStart(t *testing.T) {
+	t.Parallel()
+	dbURL := testkit.NewDatabase(t)
+	exchange := testkit.UniqueName("outboxrelay_readme")
+	t.Cleanup(func() { testkit.DeleteExchange(t, exchange) })
+
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	cmd := exec.Command("bash", "-c", "exec "+readmeBlock(t, "run-relay"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "OUTBOX_EXCHANGE="+exchange, "OUTBOX_LOG_FORMAT=json")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// go run starts the relay as its child: signal the whole group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("relay output:\n%s", out.String())
+		}
+	})
+
+	// The relay declares the exchange once it is up; bind to it then.
+	testkit.WaitFor(t, 240*time.Second, "relay started (go run may build first)", func() bool {
+		return strings.Contains(out.String(), `"relay started"`)
+	})
+	queue := testkit.NewQueue(t, exchange, "#")
+	psql(t, dbURL, "-c", readmeBlock(t, "sql-example"))
+	d := queue.Receive(t, 1, 30*time.Second)[0]
+	require.Equal(t, "order.created", d.RoutingKey)
+	require.JSONEq(t, `{"id": 42, "customer": "ada", "total": 99.50}`, string(d.Body))
+}
+
+// TestCIRunsTheReadmeTestCommand keeps .ci/run and the README in step.
+func TestCIRunsTheReadmeTestCommand(t *testing.T) {
+	t.Parallel()
+	ci, err := os.ReadFile("../../.ci/run")
+	require.NoError(t, err)
+	require.Contains(t, string(ci), "\n"+readmeBlock(t, "run-tests")+"\n")
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/migrations"
+	"github.com/outboxrelay/outboxrelay/notify"
+	"github.com/outboxrelay/outboxrelay/publish"
+	"github.com/outboxrelay/outboxrelay/relay"
+)
+
+// RunCmd relays events. Every flag has an environment variable and a default
+// that reaches PostgreSQL and RabbitMQ on their local default ports.
+type RunCmd struct {
+	DatabaseFlags
+	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest)."`
+	LogFlags
+
+	Migrate bool   `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
+	Table   string `name:"table" env:"OUTBOX_TABLE" default:"outbox" help:"Outbox table, optionally schema-qualified (schema.table)."`
+	Channel string `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
+
+	Exchange       string        `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange for rows whose exchange column is NULL."`
+	DeclareExch    bool          `name:"declare-exchange" env:"OUTBOX_DECLARE_EXCHANGE" default:"true" negatable:"" help:"Declare --exchange as a durable topic exchange at start-up."`
+	ConfirmTimeout time.Duration `name:"confirm-timeout" env:"OUTBOX_CONFIRM_TIMEOUT" default:"15s" help:"Deadline for a batch's publisher confirms."`
+	MaxMessageSize int           `name:"max-message-size" env:"OUTBOX_MAX_MESSAGE_SIZE" default:"16777216" help:"Largest payload in bytes; larger events are dead-lettered."`
+
+	BatchSize    int           `name:"batch-size" env:"OUTBOX_BATCH_SIZE" default:"500" help:"Most events one claim takes."`
+	Workers      int           `name:"workers" env:"OUTBOX_WORKERS" default:"4" help:"Concurrent claim-publish loops."`
+	PollInterval time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%)."`
+	Lease        time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
+	MaxAttempts  int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
+	RetryMin     time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
+	RetryMax     time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
+
+	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them."`
+	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"OUTBOX_SHUTDOWN_TIMEOUT" default:"20s" help:"How long in-flight batches may take to settle after SIGINT/SIGTERM."`
+
+	ColumnID            string `name:"column-id" env:"OUTBOX_COLUMN_ID" default:"id" group:"Column mapping (existing tables)" help:"bigint column giving insert order."`
+	ColumnEventID       string `name:"column-event-id" env:"OUTBOX_COLUMN_EVENT_ID" default:"event_id" group:"Column mapping (existing tables)" help:"Column sent as the AMQP message id."`
+	ColumnAggregateType string `name:"column-aggregate-type" env:"OUTBOX_COLUMN_AGGREGATE_TYPE" default:"aggregate_type" group:"Column mapping (existing tables)" help:"Aggregate type column."`
+	ColumnAggregateID   string `name:"column-aggregate-id" env:"OUTBOX_COLUMN_AGGREGATE_ID" default:"aggregate_id" group:"Column mapping (existing tables)" help:"Aggregate id column."`
+	ColumnEventType     string `name:"column-event-type" env:"OUTBOX_COLUMN_EVENT_TYPE" default:"event_type" group:"Column mapping (existing tables)" help:"Event type column."`
+	ColumnPayload       string `name:"column-payload" env:"OUTBOX_COLUMN_PAYLOAD" default:"payload" group:"Column mapping (existing tables)" help:"Payload column (the message body)."`
+	ColumnStatus        string `name:"column-status" env:"OUTBOX_COLUMN_STATUS" default:"status" group:"Column mapping (existing tables)" help:"Status column."`
+	ColumnCreatedAt     string `name:"column-created-at" env:"OUTBOX_COLUMN_CREATED_AT" default:"created_at" group:"Column mapping (existing tables)" help:"Creation time column (the AMQP timestamp)."`
+	StatusPending       string `name:"status-pending" env:"OUTBOX_STATUS_PENDING" default:"pending" group:"Column mapping (existing tables)" help:"Status value of events waiting to be published."`
+	StatusPublished     string `name:"status-published" env:"OUTBOX_STATUS_PUBLISHED" default:"published" group:"Column mapping (existing tables)" help:"Status value of published events."`
+	StatusFailed        string `name:"status-failed" env:"OUTBOX_STATUS_FAILED" default:"failed" group:"Column mapping (existing tables)" help:"Status value of dead-lettered events."`
+}
+
+// configs checks every setting, naming the flag at fault, and builds the
+// configurations of the parts.
+func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
+	type check struct {
+		bad  bool
+		flag string
+		msg  string
+	}
+	for _, ck := range []check{
+		{c.BatchSize < 1, "--batch-size", fmt.Sprintf("%d: must be at least 1", c.BatchSize)},
+		{c.Workers < 1, "--workers", fmt.Sprintf("%d: must be at least 1", c.Workers)},
+		{c.PollInterval <= 0, "--poll-interval", fmt.Sprintf("%s: must be positive", c.PollInterval)},
+		{c.Lease <= 0, "--lease", fmt.Sprintf("%s: must be positive", c.Lease)},
+		{c.ConfirmTimeout <= 0, "--confirm-timeout", fmt.Sprintf("%s: must be positive", c.ConfirmTimeout)},
+		{c.Lease <= c.ConfirmTimeout, "--lease", fmt.Sprintf("%s: must exceed --confirm-timeout (%s) so a live relay keeps its claims", c.Lease, c.ConfirmTimeout)},
+		{c.MaxAttempts < 1, "--max-attempts", fmt.Sprintf("%d: must be at least 1", c.MaxAttempts)},
+		{c.RetryMin <= 0, "--retry-min", fmt.Sprintf("%s: must be positive", c.RetryMin)},
+		{c.RetryMax < c.RetryMin, "--retry-max", fmt.Sprintf("%s: must be at least --retry-min (%s)", c.RetryMax, c.RetryMin)},
+		{c.MaxMessageSize < 1, "--max-message-size", fmt.Sprintf("%d: must be at least 1", c.MaxMessageSize)},
+		{c.Retention <= 0, "--retention", fmt.Sprintf("%s: must be positive", c.Retention)},
+		{c.CleanupInterval < 0, "--cleanup-interval", fmt.Sprintf("%s: must not be negative", c.CleanupInterval)},
+		{c.ShutdownTimeout <= 0, "--shutdown-timeout", fmt.Sprintf("%s: must be positive", c.ShutdownTimeout)},
+		{c.Channel == "" || len(c.Channel) > 63, "--channel", fmt.Sprintf("%q: must be 1 to 63 bytes", c.Channel)},
+	} {
+		if ck.bad {
+			return claim.Config{}, publish.Config{}, relay.Config{}, usagef("%s %s", ck.flag, ck.msg)
+		}
+	}
+	cc := claim.Config{
+		Table: c.Table,
+		Columns: claim.Columns{
+			ID: c.ColumnID, EventID: c.ColumnEventID, AggregateType: c.ColumnAggregateType,
+			AggregateID: c.ColumnAggregateID, EventType: c.ColumnEventType, Payload: c.ColumnPayload,
+			Status: c.ColumnStatus, CreatedAt: c.ColumnCreatedAt,
+		},
+		Statuses:    claim.Statuses{Pending: c.StatusPending, Published: c.StatusPublished, Failed: c.StatusFailed},
+		Lease:       c.Lease,
+		MaxAttempts: c.MaxAttempts,
+		RetryMin:    c.RetryMin,
+		RetryMax:    c.RetryMax,
+	}
+	if err := cc.Validate(); err != nil {
+		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+	}
+	pc := publish.Config{
+		URL:            c.AMQPURL,
+		Exchange:       c.Exchange,
+		SkipDeclare:    !c.DeclareExch,
+		ConfirmTimeout: c.ConfirmTimeout,
+		MaxMessageSize: c.MaxMessageSize,
+	}
+	if err := pc.Validate(); err != nil {
+		if strings.Contains(err.Error(), "URL") {
+			err = fmt.Errorf("--amqp-url / AMQP_URL: %w", err)
+		}
+		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+	}
+	cleanup := c.CleanupInterval
+	if cleanup == 0 {
+		cleanup = -1
+	}
+	rc := relay.Config{
+		BatchSize:       c.BatchSize,
+		Workers:         c.Workers,
+		PollInterval:    c.PollInterval,
+		ShutdownTimeout: c.ShutdownTimeout,
+		Retention:       c.Retention,
+		CleanupInterval: cleanup,
+		MarkRetry:       c.Lease,
+	}
+	if err := rc.Validate(); err != nil {
+		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+	}
+	return cc, pc, rc, nil
+}
+
+// Run validates the configuration, reaches both services (failing fast with
+// exit code 2), migrates unless told not to, and relays until ctx ends.
+func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) error {
+	cc, pc, rc, err := c.configs()
+	if err != nil {
+		return err
+	}
+	log := c.logger(stderr)
+	pool, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	if c.Migrate {
+		conn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = migrations.Migrate(ctx, conn, log.With("component", "migrate"))
+		conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return err
+		}
+	}
+
+	store, err := claim.New(pool, cc)
+	if err != nil {
+		return usageError{err}
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = store.Check(checkCtx)
+	cancel()
+	if err != nil {
+		return usagef("--table %s: %v", c.Table, err)
+	}
+
+	pc.Logger = log
+	pub, err := publish.Dial(ctx, pc)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return usagef("RabbitMQ: %v", err)
+	}
+	defer pub.Close()
+
+	listenConf, err := pgx.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return usagef("--database-url / DATABASE_URL: %v", scrub(err, c.DatabaseURL))
+	}
+	listener, err := notify.New(notify.Config{
+		ConnConfig: listenConf,
+		Channel:    c.Channel,
+		Pinger:     pool,
+		Logger:     log,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+
+	rc.Logger = log
+	r, err := relay.New(rc, store, pub, listener)
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info("outboxrelay starting", "database", redactURL(c.DatabaseURL), "amqp", redactURL(c.AMQPURL),
+		"table", c.Table, "exchange", c.Exchange)
+	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
