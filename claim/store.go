@@ -65,6 +65,12 @@ type Failure struct {
 	Permanent bool
 }
 
+// RetryResult is what Retry did.
+type RetryResult struct {
+	Dead int             // events dead-lettered
+	Due  []time.Duration // for each event put back, the delay until it is due
+}
+
 // Store runs the outbox statements against one table.
 type Store struct {
 	db     DB
@@ -209,11 +215,11 @@ func (s *Store) MarkPublished(ctx context.Context, ids []int64) (int64, error) {
 
 // Retry puts failed events back with their error text, each after its retry
 // delay, or dead-letters them (status failed) when they are permanent
-// failures or have used MaxAttempts. It returns how many were dead-lettered
-// and the shortest delay until one of the others is due again.
-func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (dead int, next time.Duration, err error) {
+// failures or have used MaxAttempts.
+func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (RetryResult, error) {
+	var res RetryResult
 	if len(failures) == 0 {
-		return 0, 0, nil
+		return res, nil
 	}
 	ids := make([]int64, len(failures))
 	statuses := make([]string, len(failures))
@@ -224,22 +230,20 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (d
 		errs[i] = errorText(f.Err)
 		if f.Permanent || f.Attempts >= s.cfg.MaxAttempts {
 			statuses[i] = s.cfg.Statuses.Failed
-			dead++
+			res.Dead++
 			continue
 		}
 		statuses[i] = s.cfg.Statuses.Pending
 		d := s.cfg.RetryDelay(f.Attempts, s.jitter())
 		delays[i] = d.Milliseconds()
-		if next == 0 || d < next {
-			next = d
-		}
+		res.Due = append(res.Due, d)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
-		return 0, 0, fmt.Errorf("retry: %w", err)
+		return RetryResult{}, fmt.Errorf("retry: %w", err)
 	}
-	return dead, next, nil
+	return res, nil
 }
 
 // maxErrorText bounds what is kept of an error in last_error.

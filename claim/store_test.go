@@ -126,14 +126,14 @@ func TestRetrySchedulesAndDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b.Events, 3)
 	boom := errors.New("broker said no\x00 \xff")
-	dead, next, err := s.Retry(context.Background(), b.Lease, []claim.Failure{
+	res, err := s.Retry(context.Background(), b.Lease, []claim.Failure{
 		{ID: b.Events[0].ID, Attempts: 1, Err: boom},
 		{ID: b.Events[1].ID, Attempts: 3, Err: boom},
 		{ID: b.Events[2].ID, Attempts: 1, Err: boom, Permanent: true},
 	})
 	require.NoError(t, err)
-	require.Equal(t, 2, dead)
-	require.Equal(t, time.Hour, next)
+	require.Equal(t, 2, res.Dead)
+	require.Equal(t, []time.Duration{time.Hour}, res.Due)
 	// First failure: back to pending, an hour (jitter 0.5 => factor 1.0) from now.
 	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE id = $1 AND status = 'pending' AND lease_id IS NULL
 		AND available_at BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'
@@ -152,7 +152,7 @@ func TestRetryAndReleaseNeedTheLease(t *testing.T) {
 	b, err := s.Claim(context.Background(), 10)
 	require.NoError(t, err)
 	var other claim.LeaseID
-	_, _, err = s.Retry(context.Background(), other, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: errors.New("x")}})
+	_, err = s.Retry(context.Background(), other, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: errors.New("x")}})
 	require.NoError(t, err)
 	n, err := s.Release(context.Background(), other, []int64{b.Events[0].ID})
 	require.NoError(t, err)
@@ -188,7 +188,7 @@ func TestExpiredLeaseIsClaimableAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 	// And the second holder can no longer put it back.
-	_, _, err = s.Retry(context.Background(), second.Lease, []claim.Failure{{ID: second.Events[0].ID, Attempts: 2, Err: errors.New("x")}})
+	_, err = s.Retry(context.Background(), second.Lease, []claim.Failure{{ID: second.Events[0].ID, Attempts: 2, Err: errors.New("x")}})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'published'`))
 }

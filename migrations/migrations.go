@@ -25,8 +25,12 @@ var files embed.FS
 
 // Migrate brings the schema reached through conn up to the latest version and
 // returns the version it reached. It is safe to call concurrently from several
-// processes and to call again when nothing is left to do.
+// processes and to call again when nothing is left to do. A nil logger
+// discards the log.
 func Migrate(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) (int32, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
 	if err != nil {
 		return 0, fmt.Errorf("migrate: version table: %w", err)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -19,7 +21,7 @@ import (
 type Store interface {
 	Claim(ctx context.Context, limit int) (claim.Batch, error)
 	MarkPublished(ctx context.Context, ids []int64) (int64, error)
-	Retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) (dead int, next time.Duration, err error)
+	Retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) (claim.RetryResult, error)
 	Release(ctx context.Context, lease claim.LeaseID, ids []int64) (int64, error)
 	DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error)
 }
@@ -50,6 +52,15 @@ type Relay struct {
 	listener Listener
 	log      *slog.Logger
 	wake     chan struct{}
+	// retryDue carries the delay until a retry falls due to the poll loop,
+	// which keeps one timer for the earliest.
+	retryDue chan time.Duration
+	stats    stats
+}
+
+// stats counts what the relay did since the last summary.
+type stats struct {
+	published, failed, dead, released atomic.Int64
 }
 
 // New validates cfg and builds a relay. listener may be nil: the relay then
@@ -66,6 +77,7 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		listener: listener,
 		log:      cfg.Logger.With("component", "relay"),
 		wake:     make(chan struct{}, 1),
+		retryDue: make(chan time.Duration, 1),
 	}, nil
 }
 
@@ -89,6 +101,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer stopParts()
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
+	// In-flight batches finish after shutdown begins, for ShutdownTimeout
+	// at most.
+	drainCtx, stopDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDrain()
+	context.AfterFunc(workCtx, func() { time.AfterFunc(r.cfg.ShutdownTimeout, stopDrain) })
 
 	var (
 		parts    sync.WaitGroup
@@ -113,13 +130,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.cfg.CleanupInterval > 0 {
 		loops.Go(func() { r.cleanup(workCtx) })
 	}
+	loops.Go(func() { r.summarize(workCtx) })
 	for range r.cfg.Workers {
-		loops.Go(func() { r.work(workCtx) })
+		loops.Go(func() { r.work(workCtx, drainCtx) })
 	}
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
 	loops.Wait()
 	stopParts()
 	parts.Wait()
+	r.logSummary()
 	r.log.Info("relay stopped")
 	return firstErr
 }
@@ -136,50 +155,94 @@ func (r *Relay) forwardWakeups(ctx context.Context) {
 }
 
 // poll wakes the workers at start and then every PollInterval ±10%, so
-// events whose notification was lost wait at most that long.
+// events whose notification was lost wait at most that long. It also wakes
+// them whenever a retry this relay scheduled falls due.
 func (r *Relay) poll(ctx context.Context) {
+	var (
+		due   retrySchedule
+		retry <-chan time.Time // fires at due[0]; nil when nothing is due
+	)
+	next := r.cfg.Clock.After(0)
 	for {
-		r.poke()
-		d := time.Duration(float64(r.cfg.PollInterval) * (0.9 + 0.2*rand.Float64()))
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.cfg.Clock.After(d):
+		case <-next:
+			r.poke()
+			next = r.cfg.Clock.After(time.Duration(float64(r.cfg.PollInterval) * (0.9 + 0.2*rand.Float64())))
+			continue
+		case <-retry:
+			r.poke()
+			due.popUntil(r.cfg.Clock.Now())
+		case d := <-r.retryDue:
+			due.add(r.cfg.Clock.Now().Add(d))
+		}
+		retry = nil
+		if len(due) > 0 {
+			retry = r.cfg.Clock.After(due[0].Sub(r.cfg.Clock.Now()))
 		}
 	}
 }
 
-// wakeAfter pokes the workers once d has passed (a retry falling due).
-func (r *Relay) wakeAfter(ctx context.Context, d time.Duration) {
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-r.cfg.Clock.After(d):
-			r.poke()
-		}
-	}()
+// retrySchedule holds the times at which retries fall due, earliest first.
+type retrySchedule []time.Time
+
+// maxScheduledRetries bounds the schedule; a retry beyond it is found by the
+// fallback poll.
+const maxScheduledRetries = 1024
+
+// retryResolution folds retries falling due this close together into one
+// wake-up.
+const retryResolution = 5 * time.Millisecond
+
+func (s *retrySchedule) add(at time.Time) {
+	i, _ := slices.BinarySearchFunc(*s, at, time.Time.Compare)
+	if i < len(*s) && (*s)[i].Sub(at) < retryResolution || i > 0 && at.Sub((*s)[i-1]) < retryResolution {
+		return
+	}
+	if len(*s) < maxScheduledRetries {
+		*s = slices.Insert(*s, i, at)
+	}
 }
 
-func (r *Relay) work(ctx context.Context) {
+// popUntil drops every time up to now.
+func (s *retrySchedule) popUntil(now time.Time) {
+	i := 0
+	for i < len(*s) && !(*s)[i].After(now) {
+		i++
+	}
+	*s = (*s)[i:]
+}
+
+// wakeAfter asks the poll loop to wake the workers once d has passed.
+func (r *Relay) wakeAfter(ctx context.Context, d time.Duration) {
+	select {
+	case r.retryDue <- d:
+	case <-ctx.Done():
+	}
+}
+
+func (r *Relay) work(ctx, drainCtx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		}
-		r.pass(ctx)
+		r.pass(ctx, drainCtx)
 	}
 }
 
-// pass claims and publishes batches until one comes back short.
-func (r *Relay) pass(ctx context.Context) {
+// pass claims and publishes batches until one comes back short. ctx ends
+// claiming; drainCtx bounds the batch in flight.
+func (r *Relay) pass(ctx, drainCtx context.Context) {
 	for {
 		if err := r.pub.WaitReady(ctx); err != nil {
 			return
 		}
 		// The claim itself is not cancelled half-way: a claim whose result
 		// is lost would leave its rows leased until the lease expires.
-		batch, err := r.store.Claim(context.WithoutCancel(ctx), r.cfg.BatchSize)
+		batch, err := r.store.Claim(drainCtx, r.cfg.BatchSize)
 		if err != nil {
 			r.log.Error("claim failed", "err", err)
 			return
@@ -196,7 +259,7 @@ func (r *Relay) pass(ctx context.Context) {
 		if full {
 			r.poke() // more is waiting: let another worker join in
 		}
-		r.process(ctx, batch)
+		r.process(ctx, drainCtx, batch)
 		if !full {
 			return
 		}
@@ -205,16 +268,7 @@ func (r *Relay) pass(ctx context.Context) {
 
 // process publishes one claimed batch and settles every row of it: marked
 // published, put back for retry, dead-lettered or released.
-func (r *Relay) process(ctx context.Context, batch claim.Batch) {
-	// In-flight work finishes even when shutdown begins, within a bound.
-	pubCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.AfterFunc(r.cfg.ShutdownTimeout, cancel)
-		context.AfterFunc(pubCtx, func() { t.Stop() })
-	})
-	defer stop()
-
+func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch) {
 	msgs := make([]publish.Message, 0, len(batch.Events))
 	sent := make([]claim.Event, 0, len(batch.Events))
 	var failures []claim.Failure
@@ -227,7 +281,7 @@ func (r *Relay) process(ctx context.Context, batch claim.Batch) {
 		msgs = append(msgs, m)
 		sent = append(sent, e)
 	}
-	results := r.pub.Publish(pubCtx, msgs)
+	results := r.pub.Publish(drainCtx, msgs)
 
 	published := make([]int64, 0, len(sent))
 	var unsettled []int64
@@ -238,14 +292,14 @@ func (r *Relay) process(ctx context.Context, batch claim.Batch) {
 			published = append(published, e.ID)
 		case errors.Is(err, publish.ErrInvalid):
 			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err, Permanent: true})
-		case pubCtx.Err() != nil:
+		case drainCtx.Err() != nil:
 			// Shutdown cut the publish short: not the event's fault.
 			unsettled = append(unsettled, e.ID)
 		default:
 			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err})
 		}
 	}
-	r.markPublished(published)
+	r.markPublished(drainCtx, published)
 	r.retry(ctx, batch.Lease, failures)
 	r.release(batch.Lease, unsettled)
 	r.log.Debug("batch settled", "claimed", len(batch.Events), "published", len(published),
@@ -253,13 +307,15 @@ func (r *Relay) process(ctx context.Context, batch claim.Batch) {
 }
 
 // markPublished records confirmed events, retrying a failing database for up
-// to MarkRetry. If it still fails the leases expire and the events are
-// published again: a duplicate, never a loss.
-func (r *Relay) markPublished(ids []int64) {
+// to MarkRetry (and no later than the shutdown deadline). If it still fails
+// the leases expire and the events are published again: a duplicate, never
+// a loss.
+func (r *Relay) markPublished(drainCtx context.Context, ids []int64) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.MarkRetry)
+	r.stats.published.Add(int64(len(ids)))
+	ctx, cancel := context.WithTimeout(drainCtx, r.cfg.MarkRetry)
 	defer cancel()
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
@@ -281,15 +337,17 @@ func (r *Relay) retry(ctx context.Context, lease claim.LeaseID, failures []claim
 	if len(failures) == 0 {
 		return
 	}
-	dead, next, err := r.store.Retry(context.Background(), lease, failures)
+	res, err := r.store.Retry(context.Background(), lease, failures)
 	if err != nil {
 		r.log.Error("recording failed publishes failed; they are retried when their lease expires",
 			"err", err, "events", len(failures))
 		return
 	}
-	r.log.Warn("publish failed", "err", failures[0].Err, "events", len(failures), "dead_lettered", dead)
-	if next > 0 {
-		r.wakeAfter(ctx, next)
+	r.stats.failed.Add(int64(len(res.Due)))
+	r.stats.dead.Add(int64(res.Dead))
+	r.log.Warn("publish failed", "err", failures[0].Err, "events", len(failures), "dead_lettered", res.Dead)
+	for _, d := range res.Due {
+		r.wakeAfter(ctx, d)
 	}
 }
 
@@ -301,7 +359,33 @@ func (r *Relay) release(lease claim.LeaseID, ids []int64) {
 		r.log.Error("release failed; the events are claimable when their lease expires", "err", err, "events", len(ids))
 		return
 	}
+	r.stats.released.Add(int64(len(ids)))
 	r.log.Info("released unpublished events", "events", len(ids))
+}
+
+// summaryInterval is how often the relay logs what it did, if anything.
+const summaryInterval = time.Minute
+
+func (r *Relay) summarize(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cfg.Clock.After(summaryInterval):
+			r.logSummary()
+		}
+	}
+}
+
+// logSummary logs at Info what was relayed since the last summary; nothing
+// when nothing happened.
+func (r *Relay) logSummary() {
+	published, failed := r.stats.published.Swap(0), r.stats.failed.Swap(0)
+	dead, released := r.stats.dead.Swap(0), r.stats.released.Swap(0)
+	if published+failed+dead+released == 0 {
+		return
+	}
+	r.log.Info("relayed events", "published", published, "retrying", failed, "dead_lettered", dead, "released", released)
 }
 
 func ids(events []claim.Event) []int64 {

@@ -349,7 +349,12 @@ func TestUnroutableEventsAreRetriedThenDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	unbound := testkit.NewExchange(t)
-	e.start(t, options{claim: claim.Config{MaxAttempts: 3, RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond}})
+	// With the fallback poll an hour away, only the relay's retry timer can
+	// bring the failed events back on their schedule.
+	e.start(t, options{
+		claim: claim.Config{MaxAttempts: 3, RetryMin: 50 * time.Millisecond, RetryMax: 100 * time.Millisecond},
+		relay: relay.Config{PollInterval: time.Hour},
+	})
 	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, exchange)
 		VALUES ('order', '1', 'missing-exchange', '{}', $1), ('order', '2', 'no-binding', '{}', $2)`,
 		testkit.UniqueName("missing"), unbound)
