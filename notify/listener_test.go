@@ -1,12 +1,10 @@
 package notify
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,36 +20,18 @@ const (
 	eventTimeout     = 10 * time.Second // generous: -race on a busy machine
 )
 
-// syncBuffer is a bytes.Buffer the logger and the test may share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness is a running Listener and what the test observes of it.
 type harness struct {
 	l         *Listener
 	listening chan uint32 // the backend pid after every successful LISTEN
-	logs      *syncBuffer
+	logs      *testkit.Buffer
 }
 
 // start runs a Listener on cfg (with fast reconnects and a debug logger
 // into h.logs unless cfg says otherwise) until the test ends.
 func start(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	h := &harness{listening: make(chan uint32, 100), logs: &syncBuffer{}}
+	h := &harness{listening: make(chan uint32, 100), logs: &testkit.Buffer{}}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -380,8 +380,8 @@ func TestPublishConcurrent(t *testing.T) {
 // proxied dials a publisher through a fault-injecting proxy.
 func proxied(t *testing.T, cfg Config) (*Publisher, *testkit.Proxy) {
 	t.Helper()
-	proxy := testkit.NewProxy(t, "127.0.0.1:5672")
-	cfg.URL = "amqp://guest:guest@" + proxy.Addr() + "/"
+	proxy, url := testkit.NewAMQPProxy(t)
+	cfg.URL = url
 	cfg.ReconnectMin = 20 * time.Millisecond
 	cfg.ReconnectMax = 200 * time.Millisecond
 	if cfg.Exchange == "" {

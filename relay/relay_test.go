@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -312,12 +311,9 @@ func TestFallbackPollFindsEventsWithoutNotify(t *testing.T) {
 func TestRabbitMQConnectionCutMidStream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	amqpURL, err := url.Parse(testkit.AMQPURL())
-	require.NoError(t, err)
-	proxy := testkit.NewProxy(t, amqpURL.Host)
-	amqpURL.Host = proxy.Addr()
+	proxy, amqpURL := testkit.NewAMQPProxy(t)
 	e.start(t, options{
-		publish: publish.Config{URL: amqpURL.String(), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond},
+		publish: publish.Config{URL: amqpURL, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond},
 		claim:   claim.Config{RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 	})
 	const n = 3000
@@ -398,12 +394,9 @@ func TestMalformedRowsAreDeadLetteredAlone(t *testing.T) {
 func TestShutdownSettlesInFlightBatches(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	amqpURL, err := url.Parse(testkit.AMQPURL())
-	require.NoError(t, err)
-	proxy := testkit.NewProxy(t, amqpURL.Host)
-	amqpURL.Host = proxy.Addr()
+	proxy, amqpURL := testkit.NewAMQPProxy(t)
 	r := e.start(t, options{
-		publish: publish.Config{URL: amqpURL.String()},
+		publish: publish.Config{URL: amqpURL},
 		relay:   relay.Config{BatchSize: 50, Workers: 2},
 	})
 	testkit.InsertEvents(t, e.pool, 2000)

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"cmp"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -156,4 +157,17 @@ func (c Counter) Duplicates() int {
 		n += k - 1
 	}
 	return n
+}
+
+// NewAMQPProxy starts a Proxy in front of the test broker and returns it
+// with the broker URL rewritten to go through it.
+func NewAMQPProxy(t testing.TB) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(AMQPURL())
+	if err != nil {
+		t.Fatalf("testkit: parse AMQP URL: %v", err)
+	}
+	proxy := NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return proxy, u.String()
 }

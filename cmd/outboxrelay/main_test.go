@@ -48,29 +48,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects a process's output safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // process is a running outboxrelay.
 type process struct {
 	t    *testing.T
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testkit.Buffer
 	done chan struct{}
 	err  error
 }
@@ -90,7 +72,7 @@ func relayEnv(databaseURL, exchange string, extra ...string) []string {
 
 func startRelay(t *testing.T, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{t: t, cmd: exec.Command(binary, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{t: t, cmd: exec.Command(binary, args...), out: &testkit.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())

@@ -43,7 +43,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	cmd := exec.Command("bash", "-c", "exec "+readmeBlock(t, "run-relay"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "OUTBOX_EXCHANGE="+exchange, "OUTBOX_LOG_FORMAT=json")
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// go run starts the relay as its child: signal the whole group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"context"
-	"net/url"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -37,12 +36,9 @@ func TestKilledRelaysLeasesPassToAnotherRelay(t *testing.T) {
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
-	amqpURL, err := url.Parse(testkit.AMQPURL())
-	require.NoError(t, err)
-	proxy := testkit.NewProxy(t, amqpURL.Host)
-	amqpURL.Host = proxy.Addr()
+	proxy, amqpURL := testkit.NewAMQPProxy(t)
 
-	a := startRelay(t, relayEnv(dbURL, exchange, "AMQP_URL="+amqpURL.String()),
+	a := startRelay(t, relayEnv(dbURL, exchange, "AMQP_URL="+amqpURL),
 		"--lease=4s", "--confirm-timeout=3s", "--poll-interval=200ms")
 	testkit.InsertEvents(t, pool, 1)
 	queue.Receive(t, 1, 30*time.Second)
