@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Columns names the outbox table's columns. Every field defaults to the name
@@ -98,7 +102,12 @@ type Config struct {
 	RetryMin time.Duration
 	// RetryMax caps the retry delay. Default 5m.
 	RetryMax time.Duration
-	// QueryTimeout bounds every statement the store runs. Default 10s.
+	// QueryTimeout bounds every statement the store runs. PostgreSQL must
+	// enforce it (ConfigurePool sets statement_timeout to it): a client that
+	// merely stops waiting leaves the statement running, and a claim that
+	// commits after its caller gave up holds its rows until the lease
+	// expires. The store's own deadline is QueryTimeout plus a grace of
+	// one second, so the server's abort comes first. Default 10s.
 	QueryTimeout time.Duration
 	// Jitter returns a number in [0, 1) for the retry jitter. Default
 	// math/rand/v2.Float64; tests may pin it.
@@ -182,4 +191,25 @@ func (c Config) RetryDelay(attempts int, jitter float64) time.Duration {
 	}
 	d = min(d, c.RetryMax)
 	return time.Duration(float64(d) * (0.75 + 0.5*jitter))
+}
+
+// clientGrace is how much longer than QueryTimeout the store waits for a
+// statement, so that the server's statement_timeout ends it first.
+const clientGrace = time.Second
+
+// ConfigurePool prepares the configuration of the pool a Store will use:
+// statement_timeout is QueryTimeout, so PostgreSQL aborts what the store
+// gives up on; synchronous_commit is off, because a claim, mark or retry
+// lost in a database crash only leads to an event being published again,
+// never to one being lost. Values already set in the connection string are
+// kept.
+func (c Config) ConfigurePool(pc *pgxpool.Config) {
+	c = c.withDefaults()
+	params := pc.ConnConfig.RuntimeParams
+	if params["statement_timeout"] == "" {
+		params["statement_timeout"] = strconv.FormatInt(c.QueryTimeout.Milliseconds(), 10)
+	}
+	if params["synchronous_commit"] == "" {
+		params["synchronous_commit"] = "off"
+	}
 }

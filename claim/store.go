@@ -150,7 +150,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	}
 	lease[6] = lease[6]&0x0f | 0x40 // UUID version 4
 	lease[8] = lease[8]&0x3f | 0x80 // RFC 4122 variant
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	rows, err := s.db.Query(ctx, s.q.claim, limit, s.cfg.Lease.Milliseconds(), lease)
 	if err != nil {
@@ -204,7 +204,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []int64) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	tag, err := s.db.Exec(ctx, s.q.markPublished, ids)
 	if err != nil {
@@ -238,7 +238,7 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (R
 		delays[i] = d.Milliseconds()
 		res.Due = append(res.Due, d)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
 		return RetryResult{}, fmt.Errorf("retry: %w", err)
@@ -272,7 +272,7 @@ func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64,
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	tag, err := s.db.Exec(ctx, s.q.release, ids, lease)
 	if err != nil {
@@ -285,7 +285,7 @@ func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64,
 // and returns how many it deleted. Pending and failed events are never
 // touched.
 func (s *Store) DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	tag, err := s.db.Exec(ctx, s.q.deletePublished, retention.Milliseconds(), limit)
 	if err != nil {
@@ -297,7 +297,7 @@ func (s *Store) DeletePublished(ctx context.Context, retention time.Duration, li
 // Check proves that the table and every configured column exist, so a wrong
 // name fails at start-up rather than at the first claim.
 func (s *Store) Check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	rows, err := s.db.Query(ctx, s.q.check)
 	if err != nil {

@@ -56,6 +56,11 @@ type Relay struct {
 	// which keeps one timer for the earliest.
 	retryDue chan time.Duration
 	stats    stats
+
+	// claimBackoff spaces out claims after the database failed one; every
+	// worker shares it, and a successful claim resets it.
+	claimMu      sync.Mutex
+	claimBackoff *backoff.ExponentialBackOff
 }
 
 // stats counts what the relay did since the last summary.
@@ -78,6 +83,10 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		log:      cfg.Logger.With("component", "relay"),
 		wake:     make(chan struct{}, 1),
 		retryDue: make(chan time.Duration, 1),
+		claimBackoff: backoff.NewExponentialBackOff(
+			backoff.WithInitialInterval(100*time.Millisecond),
+			backoff.WithMaxInterval(cfg.PollInterval),
+			backoff.WithMaxElapsedTime(0)),
 	}, nil
 }
 
@@ -244,9 +253,16 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		// is lost would leave its rows leased until the lease expires.
 		batch, err := r.store.Claim(drainCtx, r.cfg.BatchSize)
 		if err != nil {
-			r.log.Error("claim failed", "err", err)
+			r.claimMu.Lock()
+			d := r.claimBackoff.NextBackOff()
+			r.claimMu.Unlock()
+			r.log.Error("claim failed", "err", err, "retry_in", d)
+			r.wakeAfter(ctx, d)
 			return
 		}
+		r.claimMu.Lock()
+		r.claimBackoff.Reset()
+		r.claimMu.Unlock()
 		n := len(batch.Events)
 		if n == 0 {
 			return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +74,16 @@ func (r *running) stop(t *testing.T) error {
 func (e *env) start(t *testing.T, o options) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := claim.New(e.pool, o.claim)
+	// The relay has a pool of its own, as in production, apart from the
+	// test's producers.
+	poolConfig, err := pgxpool.ParseConfig(e.url)
+	require.NoError(t, err)
+	poolConfig.ConnConfig.RuntimeParams["application_name"] = "outboxrelay"
+	o.claim.ConfigurePool(poolConfig)
+	relayPool, err := pgxpool.NewWithConfig(ctx, poolConfig)
+	require.NoError(t, err)
+	t.Cleanup(relayPool.Close)
+	store, err := claim.New(relayPool, o.claim)
 	require.NoError(t, err)
 	o.publish.URL = cmpOr(o.publish.URL, testkit.AMQPURL())
 	o.publish.Exchange = e.exchange
@@ -85,7 +95,7 @@ func (e *env) start(t *testing.T, o options) *running {
 		cc, err := pgx.ParseConfig(e.url)
 		require.NoError(t, err)
 		o.notify.ConnConfig = cc
-		o.notify.Pinger = e.pool
+		o.notify.Pinger = relayPool
 		l, err := notify.New(o.notify)
 		require.NoError(t, err)
 		listener = l
@@ -428,4 +438,68 @@ func TestCleanupDeletesOnlyOldPublishedRows(t *testing.T) {
 	require.Equal(t, int64(30), e.count(t, "event_type = 'recent'"))
 	require.Equal(t, int64(30), e.count(t, "event_type = 'pending'"))
 	require.Equal(t, int64(30), e.count(t, "event_type = 'dead'"))
+}
+
+// TestRelayBackendsTerminatedMidStream terminates every PostgreSQL backend
+// of the relay (pool and listener) again and again while producers write:
+// the pool and the listener reconnect by themselves and every event
+// arrives.
+func TestRelayBackendsTerminatedMidStream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t, options{relay: relay.Config{BatchSize: 50}})
+	const n = 3000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		insert(t, e.pool, n, 4)
+	}()
+	counter := testkit.Counter{}
+	for _, at := range []int{200, 800, 1600, 2400} {
+		e.collect(t, counter, at, 60*time.Second)
+		terminated := testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name IN ('outboxrelay', $1)`, notify.ApplicationName)
+		require.Positive(t, terminated)
+	}
+	<-done
+	e.collect(t, counter, n, 120*time.Second)
+	testkit.WaitFor(t, 60*time.Second, "all rows published", func() bool {
+		return e.count(t, "status = 'published'") == n
+	})
+	t.Logf("duplicates after four rounds of terminated backends: %d", counter.Duplicates())
+}
+
+// TestFailedClaimIsRetriedSoon makes a claim fail (it times out on a table
+// locked by the test) with the NOTIFY trigger disabled and the fallback poll
+// an hour away: the relay retries the claim by itself, with backoff, and the
+// event arrives once the lock is gone.
+//
+// It also guards claim.Config.ConfigurePool's statement_timeout: without it,
+// the timed-out claim's statement outlives the client (pgx's cancel request
+// races the test's commit) and, about one run in three, commits a lease no
+// one holds, so the event waits for the lease to expire.
+func TestFailedClaimIsRetriedSoon(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	testkit.Exec(t, e.pool, `ALTER TABLE outbox DISABLE TRIGGER outbox_notify`)
+	logs := &testkit.Buffer{}
+	e.start(t, options{
+		claim: claim.Config{QueryTimeout: 300 * time.Millisecond},
+		relay: relay.Config{PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+	})
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'locked', '{}')`)
+	require.NoError(t, err)
+	testkit.Exec(t, e.pool, `NOTIFY outbox`) // the wake-up the disabled trigger would have sent
+	testkit.WaitFor(t, 30*time.Second, "a claim failed", func() bool {
+		return strings.Contains(logs.String(), "claim failed")
+	})
+	require.NoError(t, tx.Commit(ctx))
+	d := e.queue.Receive(t, 1, 30*time.Second)[0]
+	require.Equal(t, "locked", d.Type)
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
+
+	"github.com/outboxrelay/outboxrelay/claim"
 )
 
 // DatabaseFlags reach PostgreSQL.
@@ -52,28 +54,24 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
-// poolConfig parses DATABASE_URL for the relay's pool: its own application
-// name, and synchronous_commit off for the relay's own transactions (a claim
-// or mark lost in a database crash only re-publishes events, never loses
-// one).
-func (f DatabaseFlags) poolConfig() (*pgxpool.Config, error) {
+// poolConfig parses DATABASE_URL for the relay's pool, with its own
+// application name and the settings the claim store needs
+// (claim.Config.ConfigurePool).
+func (f DatabaseFlags) poolConfig(store claim.Config) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(f.DatabaseURL)
 	if err != nil {
 		return nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
 	}
-	params := cfg.ConnConfig.RuntimeParams
-	if params["application_name"] == "" {
-		params["application_name"] = "outboxrelay"
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "outboxrelay"
 	}
-	if params["synchronous_commit"] == "" {
-		params["synchronous_commit"] = "off"
-	}
+	store.ConfigurePool(cfg)
 	return cfg, nil
 }
 
-// connect opens the pool and proves the database reachable.
-func (f DatabaseFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
-	cfg, err := f.poolConfig()
+// connect opens the relay's pool and proves the database reachable.
+func (f DatabaseFlags) connect(ctx context.Context, store claim.Config) (*pgxpool.Pool, error) {
+	cfg, err := f.poolConfig(store)
 	if err != nil {
 		return nil, err
 	}

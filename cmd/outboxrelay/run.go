@@ -142,7 +142,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	log := c.logger(stderr)
-	pool, err := c.connect(ctx)
+	pool, err := c.connect(ctx, cc)
 	if err != nil {
 		return err
 	}
