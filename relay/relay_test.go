@@ -233,6 +233,29 @@ func TestTenThousandEventsArriveExactlyOnce(t *testing.T) {
 	}
 }
 
+// streamThrough writes n events from four producers, calls fault each time
+// the consumer has seen the next number of distinct events in at, and
+// returns the counter once every event has arrived and is marked published.
+func (e *env) streamThrough(t *testing.T, n int, at []int, fault func()) testkit.Counter {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		insert(t, e.pool, n, 4)
+	}()
+	counter := testkit.Counter{}
+	for _, k := range at {
+		e.collect(t, counter, k, 60*time.Second)
+		fault()
+	}
+	<-done
+	e.collect(t, counter, n, 120*time.Second)
+	testkit.WaitFor(t, 60*time.Second, "all rows published", func() bool {
+		return e.count(t, "status = 'published'") == int64(n)
+	})
+	return counter
+}
+
 // insert writes n events: in one transaction when producers is 1, otherwise
 // from that many concurrent producers, each event its own transaction.
 func insert(t *testing.T, pool *pgxpool.Pool, n, producers int) {
@@ -326,23 +349,9 @@ func TestRabbitMQConnectionCutMidStream(t *testing.T) {
 		publish: publish.Config{URL: amqpURL, ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond},
 		claim:   claim.Config{RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 	})
-	const n = 3000
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		insert(t, e.pool, n, 4)
-	}()
-	counter := testkit.Counter{}
-	e.collect(t, counter, 300, 30*time.Second)
-	proxy.Cut()
-	proxy.Restore()
-	e.collect(t, counter, 1500, 60*time.Second)
-	proxy.Cut()
-	proxy.Restore()
-	<-done
-	e.collect(t, counter, n, 120*time.Second)
-	testkit.WaitFor(t, 30*time.Second, "all rows published", func() bool {
-		return e.count(t, "status = 'published'") == n
+	counter := e.streamThrough(t, 3000, []int{300, 1500}, func() {
+		proxy.Cut()
+		proxy.Restore()
 	})
 	t.Logf("duplicates after two cuts: %d", counter.Duplicates())
 }
@@ -448,23 +457,10 @@ func TestRelayBackendsTerminatedMidStream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t, options{relay: relay.Config{BatchSize: 50}})
-	const n = 3000
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		insert(t, e.pool, n, 4)
-	}()
-	counter := testkit.Counter{}
-	for _, at := range []int{200, 800, 1600, 2400} {
-		e.collect(t, counter, at, 60*time.Second)
+	counter := e.streamThrough(t, 3000, []int{200, 800, 1600, 2400}, func() {
 		terminated := testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 			WHERE datname = current_database() AND application_name IN ('outboxrelay', $1)`, notify.ApplicationName)
 		require.Positive(t, terminated)
-	}
-	<-done
-	e.collect(t, counter, n, 120*time.Second)
-	testkit.WaitFor(t, 60*time.Second, "all rows published", func() bool {
-		return e.count(t, "status = 'published'") == n
 	})
 	t.Logf("duplicates after four rounds of terminated backends: %d", counter.Duplicates())
 }
