@@ -7,9 +7,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -167,6 +167,12 @@ func (c Config) Validate() error {
 }
 
 // splitTable splits "schema.table" or "table" into its parts.
+// TableIdentifier is Table split into its schema (if given) and name.
+func (c Config) TableIdentifier() (pgx.Identifier, error) {
+	parts, err := splitTable(c.withDefaults().Table)
+	return pgx.Identifier(parts), err
+}
+
 func splitTable(name string) ([]string, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {

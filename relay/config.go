@@ -34,6 +34,18 @@ type Config struct {
 	// MarkRetry is how long a failing mark is retried before giving up (the
 	// lease then expires and the events are published again). Default 30s.
 	MarkRetry time.Duration
+	// Gate, if set, lets the relay silence the outbox trigger's NOTIFY while
+	// it is busy claiming anyway (*notify.Gate has it). Default nil:
+	// producers always notify.
+	Gate Gate
+	// BusyRate is the insert rate, in events per second, above which the
+	// relay closes the Gate and claims every BusyPollInterval instead of
+	// waiting for notifications; below half of it, the relay opens the Gate
+	// again. The rate is read from the ids the relay claims over the last
+	// 200ms. Only used with a Gate. Default 2000.
+	BusyRate float64
+	// BusyPollInterval is how often a busy relay claims. Default 2ms.
+	BusyPollInterval time.Duration
 	// Logger receives the relay's logs. Default: discarded.
 	Logger *slog.Logger
 	// Clock tells the time and makes timers. Default: the system clock.
@@ -49,6 +61,8 @@ func (c Config) withDefaults() Config {
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, time.Minute)
 	c.CleanupBatch = cmp.Or(c.CleanupBatch, 1000)
 	c.MarkRetry = cmp.Or(c.MarkRetry, 30*time.Second)
+	c.BusyRate = cmp.Or(c.BusyRate, 2000)
+	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, 2*time.Millisecond)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -76,6 +90,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: CleanupBatch %d: must be at least 1", c.CleanupBatch)
 	case c.MarkRetry <= 0:
 		return fmt.Errorf("relay: MarkRetry %s: must be positive", c.MarkRetry)
+	case c.BusyRate < 0:
+		return fmt.Errorf("relay: BusyRate %g: must not be negative", c.BusyRate)
+	case c.BusyPollInterval < 0:
+		return fmt.Errorf("relay: BusyPollInterval %s: must not be negative", c.BusyPollInterval)
 	}
 	return nil
 }

@@ -56,6 +56,7 @@ type Relay struct {
 	// which keeps one timer for the earliest.
 	retryDue chan time.Duration
 	stats    stats
+	meter    meter
 
 	// claimBackoff spaces out claims after the database failed one; every
 	// worker shares it, and a successful claim resets it.
@@ -140,6 +141,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		loops.Go(func() { r.cleanup(workCtx) })
 	}
 	loops.Go(func() { r.summarize(workCtx) })
+	if r.cfg.Gate != nil {
+		loops.Go(func() { r.steer(workCtx) })
+	}
 	for range r.cfg.Workers {
 		loops.Go(func() { r.work(workCtx, drainCtx) })
 	}
@@ -267,6 +271,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		if n == 0 {
 			return
 		}
+		r.meter.observe(batch.Events[n-1].ID)
 		if ctx.Err() != nil {
 			r.release(batch.Lease, ids(batch.Events))
 			return

@@ -47,6 +47,7 @@ type options struct {
 	publish  publish.Config
 	notify   notify.Config
 	noListen bool
+	noGate   bool // producers always notify, as with a schema from before the gate
 }
 
 // running is a relay started by start; stop shuts it down and returns Run's
@@ -99,6 +100,11 @@ func (e *env) start(t *testing.T, o options) *running {
 		l, err := notify.New(o.notify)
 		require.NoError(t, err)
 		listener = l
+	}
+	if !o.noGate {
+		gate, err := notify.NewGate(relayPool, "outbox", pgx.Identifier{"outbox_wakeup"}, 0)
+		require.NoError(t, err)
+		o.relay.Gate = gate
 	}
 	if o.relay.Logger == nil {
 		o.relay.Logger = testLogger(t)

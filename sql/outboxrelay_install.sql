@@ -10,7 +10,8 @@
 --     relay claims and what its cleanup deletes;
 --   * the trigger function outboxrelay_notify() and a statement-level
 --     AFTER INSERT trigger that sends NOTIFY on the channel (one
---     notification per inserting transaction, constant payload).
+--     notification per inserting transaction, constant payload), and the
+--     sequence TABLE_wakeup through which a busy relay silences it.
 --
 -- Variables (-v name=value), with their defaults:
 --   table              (required) the table's name
@@ -117,16 +118,30 @@ BEGIN
     EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (published_at) WHERE %I = %L',
         left(tbl, 40) || '_relay_published_idx', rel, st_col, published);
 
+    -- The wake-up gate (see migrations/002_wakeup_gate.sql): the relay
+    -- silences NOTIFY while it is busy; the trigger notifies when it is open
+    -- or missing.
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.%I MINVALUE 0 START 0', sch, tbl || '_wakeup');
+    PERFORM setval(format('%I.%I', sch, tbl || '_wakeup'), 0, true); -- open
+    EXECUTE format('COMMENT ON SEQUENCE %I.%I IS %L', sch, tbl || '_wakeup',
+        'outboxrelay wake-up gate: the outbox trigger skips NOTIFY until this time (ms since the epoch); 0 means always notify.');
+    EXECUTE format('GRANT SELECT ON SEQUENCE %I.%I TO PUBLIC', sch, tbl || '_wakeup');
+
     EXECUTE format($fn$
         CREATE OR REPLACE FUNCTION %I.outboxrelay_notify() RETURNS trigger
         LANGUAGE plpgsql AS $body$
         BEGIN
+            IF TG_NARGS > 1 AND pg_try_advisory_xact_lock_shared(1868722808, hashtext(TG_ARGV[0])) THEN
+                IF pg_sequence_last_value(to_regclass(TG_ARGV[1])) > date_part('epoch', clock_timestamp()) * 1000 THEN
+                    RETURN NULL;
+                END IF;
+            END IF;
             PERFORM pg_notify(TG_ARGV[0], '');
             RETURN NULL;
         END
         $body$$fn$, sch);
-    EXECUTE format('CREATE OR REPLACE TRIGGER outboxrelay_notify AFTER INSERT ON %s FOR EACH STATEMENT EXECUTE FUNCTION %I.outboxrelay_notify(%L)',
-        rel, sch, chan);
+    EXECUTE format('CREATE OR REPLACE TRIGGER outboxrelay_notify AFTER INSERT ON %s FOR EACH STATEMENT EXECUTE FUNCTION %I.outboxrelay_notify(%L, %L)',
+        rel, sch, chan, format('%I.%I', sch, tbl || '_wakeup'));
 END
 $install$;
 

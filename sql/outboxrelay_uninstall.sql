@@ -1,6 +1,6 @@
--- outboxrelay drop-in, undone: removes the NOTIFY trigger and the relay's
--- indexes from a table set up with outboxrelay_install.sql, and the trigger
--- function once no table uses it.
+-- outboxrelay drop-in, undone: removes the NOTIFY trigger, its gate sequence
+-- (TABLE_wakeup) and the relay's indexes from a table set up with
+-- outboxrelay_install.sql, and the trigger function once no table uses it.
 --
 --   psql "$DATABASE_URL" -v table=outbox_events -f sql/outboxrelay_uninstall.sql
 --
@@ -47,6 +47,8 @@ BEGIN
                        WHERE tgfoid = to_regprocedure(format('%I.outboxrelay_notify()', sch))) THEN
         EXECUTE format('DROP FUNCTION %I.outboxrelay_notify()', sch);
     END IF;
+
+    EXECUTE format('DROP SEQUENCE IF EXISTS %I.%I', sch, tbl || '_wakeup');
 
     IF drop_cols THEN
         FOR col IN

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/claim"
 	"github.com/outboxrelay/outboxrelay/migrations"
@@ -24,9 +28,13 @@ type RunCmd struct {
 	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest)."`
 	LogFlags
 
-	Migrate bool   `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
-	Table   string `name:"table" env:"OUTBOX_TABLE" default:"outbox" help:"Outbox table, optionally schema-qualified (schema.table)."`
-	Channel string `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
+	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
+	Table    string        `name:"table" env:"OUTBOX_TABLE" default:"outbox" help:"Outbox table, optionally schema-qualified (schema.table)."`
+	Channel  string        `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
+	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers always notify)."`
+	GateSeq  string        `name:"gate-sequence" env:"OUTBOX_GATE_SEQUENCE" help:"Sequence holding the notification gate, optionally schema-qualified (default: the table's name with _wakeup, in its schema)."`
+	BusyRate float64       `name:"busy-rate" env:"OUTBOX_BUSY_RATE" default:"2000" help:"Inserts per second above which the relay closes the gate and polls every --busy-poll-interval; it reopens below half of it."`
+	BusyPoll time.Duration `name:"busy-poll-interval" env:"OUTBOX_BUSY_POLL_INTERVAL" default:"2ms" help:"How often a busy relay claims."`
 
 	Exchange       string        `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange for rows whose exchange column is NULL."`
 	DeclareExch    bool          `name:"declare-exchange" env:"OUTBOX_DECLARE_EXCHANGE" default:"true" negatable:"" help:"Declare --exchange as a durable topic exchange at start-up."`
@@ -81,6 +89,8 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		{c.CleanupInterval < 0, "--cleanup-interval", fmt.Sprintf("%s: must not be negative", c.CleanupInterval)},
 		{c.ShutdownTimeout <= 0, "--shutdown-timeout", fmt.Sprintf("%s: must be positive", c.ShutdownTimeout)},
 		{c.Channel == "" || len(c.Channel) > 63, "--channel", fmt.Sprintf("%q: must be 1 to 63 bytes", c.Channel)},
+		{c.BusyRate <= 0, "--busy-rate", fmt.Sprintf("%g: must be positive", c.BusyRate)},
+		{c.BusyPoll <= 0, "--busy-poll-interval", fmt.Sprintf("%s: must be positive", c.BusyPoll)},
 	} {
 		if ck.bad {
 			return claim.Config{}, publish.Config{}, relay.Config{}, usagef("%s %s", ck.flag, ck.msg)
@@ -120,13 +130,15 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		cleanup = -1
 	}
 	rc := relay.Config{
-		BatchSize:       c.BatchSize,
-		Workers:         c.Workers,
-		PollInterval:    c.PollInterval,
-		ShutdownTimeout: c.ShutdownTimeout,
-		Retention:       c.Retention,
-		CleanupInterval: cleanup,
-		MarkRetry:       c.Lease,
+		BatchSize:        c.BatchSize,
+		Workers:          c.Workers,
+		PollInterval:     c.PollInterval,
+		ShutdownTimeout:  c.ShutdownTimeout,
+		Retention:        c.Retention,
+		CleanupInterval:  cleanup,
+		MarkRetry:        c.Lease,
+		BusyRate:         c.BusyRate,
+		BusyPollInterval: c.BusyPoll,
 	}
 	if err := rc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
@@ -195,6 +207,19 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) error {
 		return usageError{err}
 	}
 
+	if c.Gate {
+		gate, err := c.gate(ctx, pool, cc)
+		if err != nil {
+			return err
+		}
+		if gate != nil {
+			rc.Gate = gate
+		} else {
+			log.Warn("no notification gate: producers notify on every insert; apply the migrations or re-run sql/outboxrelay_install.sql",
+				"gate_sequence", c.GateSeq)
+		}
+	}
+
 	rc.Logger = log
 	r, err := relay.New(rc, store, pub, listener)
 	if err != nil {
@@ -206,4 +231,35 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// gate returns the notification gate, or nil if its sequence does not
+// exist (a schema from before the gate).
+func (c *RunCmd) gate(ctx context.Context, pool *pgxpool.Pool, cc claim.Config) (*notify.Gate, error) {
+	var seq pgx.Identifier
+	if c.GateSeq != "" {
+		seq = strings.Split(c.GateSeq, ".")
+	} else {
+		table, err := cc.TableIdentifier()
+		if err != nil {
+			return nil, usageError{err}
+		}
+		seq = slices.Clone(table)
+		seq[len(seq)-1] += "_wakeup"
+		c.GateSeq = strings.Join(seq, ".")
+	}
+	gate, err := notify.NewGate(pool, c.Channel, seq, 0)
+	if err != nil {
+		return nil, usagef("--gate-sequence: %v", err)
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	err = gate.Check(checkCtx)
+	if err == nil {
+		return gate, nil
+	}
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable {
+		return nil, nil
+	}
+	return nil, usagef("--gate-sequence %s: %v", c.GateSeq, err)
 }

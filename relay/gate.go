@@ -1,0 +1,149 @@
+package relay
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Gate switches the outbox trigger's notifications; *notify.Gate has it.
+type Gate interface {
+	// Open makes producers notify, then waits for every producer that may
+	// have seen the gate closed to finish, so a claim after it returns sees
+	// their events.
+	Open(ctx context.Context) error
+	// Close stops the notifications for TTL.
+	Close(ctx context.Context) error
+	// TTL is how long Close lasts.
+	TTL() time.Duration
+}
+
+// Steering samples the insert rate this often, over rateWindow.
+const (
+	rateSampleEvery = 50 * time.Millisecond
+	rateSamples     = 5 // rateWindow = (rateSamples-1) * rateSampleEvery
+)
+
+// gateTimeout bounds one gate statement; Open's wait for producers is
+// bounded by the pool's statement timeout as well.
+const gateTimeout = 15 * time.Second
+
+// meter follows the highest id claimed: ids come from one sequence, so its
+// growth is the table's insert rate, whichever relay claimed the rows.
+type meter struct{ maxID atomic.Int64 }
+
+func (m *meter) observe(id int64) {
+	for {
+		cur := m.maxID.Load()
+		if id <= cur || m.maxID.CompareAndSwap(cur, id) {
+			return
+		}
+	}
+}
+
+type rateSample struct {
+	at time.Time
+	id int64
+}
+
+// rateRing keeps the last rateSamples samples.
+type rateRing struct {
+	s [rateSamples]rateSample
+	n int
+}
+
+// add records a sample and returns the rate per second across the ring.
+func (r *rateRing) add(s rateSample) float64 {
+	r.s[r.n%rateSamples] = s
+	r.n++
+	if r.n < 2 {
+		return 0
+	}
+	oldest := r.s[max(r.n-rateSamples, 0)%rateSamples]
+	dt := s.at.Sub(oldest.at).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	return float64(s.id-oldest.id) / dt
+}
+
+// steer runs the gate. The relay starts with the gate open, waiting for
+// notifications. When the insert rate passes BusyRate it closes the gate,
+// so producers stop paying for NOTIFY, and claims every BusyPollInterval
+// instead; it keeps the gate closed by refreshing it within its TTL. When
+// the rate falls below BusyRate/2 it opens the gate and claims once more
+// after Open has waited out the producers that saw it closed: an event is
+// then either claimed by that pass or announced by a notification. The gap
+// between the thresholds keeps a relay near the threshold from flapping.
+func (r *Relay) steer(ctx context.Context) {
+	g := r.cfg.Gate
+	open := true
+	r.openGate(ctx)
+	var (
+		ring       rateRing
+		lastSample time.Time
+		lastClose  time.Time
+	)
+	for {
+		wait := rateSampleEvery
+		if !open {
+			wait = r.cfg.BusyPollInterval
+		}
+		select {
+		case <-ctx.Done():
+			if !open {
+				// Leave the gate open for the relays that stay.
+				r.openGate(context.WithoutCancel(ctx))
+			}
+			return
+		case <-r.cfg.Clock.After(wait):
+		}
+		now := r.cfg.Clock.Now()
+		if !open {
+			r.poke()
+		}
+		if now.Sub(lastSample) < rateSampleEvery {
+			continue
+		}
+		lastSample = now
+		rate := ring.add(rateSample{at: now, id: r.meter.maxID.Load()})
+		switch {
+		case open && rate > r.cfg.BusyRate:
+			if err := r.closeGate(ctx); err != nil {
+				continue
+			}
+			open, lastClose = false, now
+			r.log.Debug("busy: gate closed, polling", "rate", int(rate))
+		case !open && rate < r.cfg.BusyRate/2:
+			open = true
+			r.openGate(ctx)
+			r.log.Debug("idle: gate open, waiting for notifications", "rate", int(rate))
+		case !open && now.Sub(lastClose) >= g.TTL()/4:
+			if err := r.closeGate(ctx); err == nil {
+				lastClose = now
+			}
+		}
+	}
+}
+
+func (r *Relay) closeGate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, gateTimeout)
+	defer cancel()
+	err := r.cfg.Gate.Close(ctx)
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("closing the notification gate failed", "err", err)
+	}
+	return err
+}
+
+// openGate opens the gate and then asks for a claim pass. A failed Open is
+// logged: the gate, if it stayed closed, expires within its TTL, and the
+// fallback poll bounds the wait meanwhile.
+func (r *Relay) openGate(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, gateTimeout)
+	defer cancel()
+	if err := r.cfg.Gate.Open(ctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("opening the notification gate failed", "err", err)
+	}
+	r.poke()
+}
