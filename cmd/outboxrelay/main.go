@@ -69,6 +69,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit fun
 	switch kctx.Command() {
 	case "migrate":
 		err = cli.Migrate.Run(ctx, stderr)
+	case "bench":
+		err = cli.Bench.Run(ctx, stdout, stderr)
+	case "naive-relay":
+		err = cli.NaiveRelay.Run(ctx, stderr)
 	default:
 		err = cli.Run.Run(ctx, stderr)
 	}
@@ -86,6 +90,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit fun
 type CLI struct {
 	Run     RunCmd     `cmd:"" default:"withargs" help:"Relay events from the outbox to RabbitMQ (the default command)."`
 	Migrate MigrateCmd `cmd:"" help:"Apply the schema migrations and exit."`
+
+	Bench      BenchCmd      `cmd:"" help:"Benchmark the relay against a naive poller and the broker's ceiling."`
+	NaiveRelay NaiveRelayCmd `cmd:"" name:"naive-relay" hidden:"" help:"Run the naive poller the benchmark compares with."`
 }
 
 // oneLine folds a multi-line error (pgx lists every host it tried on a line

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ceilingWindow is how many of the ceiling's publishes may await their
+// confirm at once.
+const ceilingWindow = 4096
+
+// confirmTimeout bounds the wait for one publisher confirm.
+const confirmTimeout = 30 * time.Second
+
+// publishCeiling is the broker ceiling: no database, the events of rec
+// published from memory as the relay would publish them (same exchange,
+// routing key, properties and body size; persistent and mandatory) on one
+// confirm channel with up to ceilingWindow confirms outstanding. It returns
+// the clock reading of the first publish, once every message is confirmed.
+func publishCeiling(ctx context.Context, amqpURL, exchange string, rec *record, p payloads, clk clock) (int64, error) {
+	conn, err := dialAMQP(amqpURL, "outboxrelay-bench-ceiling")
+	if err != nil {
+		return 0, fmt.Errorf("ceiling: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("ceiling: open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return 0, fmt.Errorf("ceiling: confirm mode: %w", err)
+	}
+	msgs := make([]amqp.Publishing, rec.size())
+	created := time.Now()
+	for i := range msgs {
+		n := rec.number(i)
+		msgs[i] = amqp.Publishing{
+			Headers:      amqp.Table{"aggregate_type": aggregateType, "aggregate_id": strconv.FormatInt(n, 10)},
+			ContentType:  "application/json",
+			DeliveryMode: amqp.Persistent,
+			MessageId:    eventID(n),
+			Timestamp:    created,
+			Type:         eventType,
+			Body:         []byte(p.of(n)),
+		}
+	}
+	window := make([]*amqp.DeferredConfirmation, ceilingWindow)
+	start := clk.now()
+	rec.commitAll(start)
+	for i := range msgs {
+		slot := i % len(window)
+		if err := awaitConfirm(ctx, window[slot]); err != nil {
+			return 0, fmt.Errorf("ceiling: message %d: %w", i-len(window), err)
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msgs[i])
+		if err != nil {
+			return 0, fmt.Errorf("ceiling: publish: %w", err)
+		}
+		window[slot] = dc
+	}
+	for _, dc := range window {
+		if err := awaitConfirm(ctx, dc); err != nil {
+			return 0, fmt.Errorf("ceiling: %w", err)
+		}
+	}
+	return start, nil
+}
+
+// awaitConfirm waits for dc's confirm (nil: nothing to wait for).
+func awaitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation) error {
+	if dc == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	acked, err := dc.WaitContext(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("await confirm: %w", err)
+	case !acked:
+		return errors.New("nacked by broker")
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Workloads, the values of Config.Only, in the order Run runs them.
+const (
+	WorkloadDrain    = "drain"
+	WorkloadSteady   = "steady"
+	WorkloadIdle     = "idle"
+	WorkloadProducer = "producer"
+)
+
+// Systems a workload runs on.
+const (
+	SystemRelay   = "relay"   // outboxrelay run, as a subprocess
+	SystemNaive   = "naive"   // outboxrelay naive-relay, as a subprocess
+	SystemCeiling = "ceiling" // the benchmark publishing straight to RabbitMQ
+)
+
+// Workloads lists every workload in the order Run runs them.
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer}
+
+// maxEventNumber is the largest event number the 12 hex digits of an event
+// id can carry.
+const maxEventNumber = 1<<48 - 1
+
+// Config configures Run. Every field documents its default; zero means the
+// default.
+type Config struct {
+	// DatabaseURL is the PostgreSQL database to work in, a postgres:// URL.
+	// Default "postgres://postgres@localhost:5432/postgres".
+	DatabaseURL string
+	// AMQPURL is the RabbitMQ broker. Default "amqp://localhost:5672/".
+	AMQPURL string
+	// Schema is where the relay's migrations create the outbox table; it is
+	// created (and marked as the benchmark's) if missing, and dropped
+	// (CASCADE) at the end unless Keep. An existing schema the benchmark
+	// did not create is refused. Default "outboxrelay_bench".
+	Schema string
+	// Exchange is the topic exchange everything is published to; it is
+	// declared if missing and, if the benchmark declared it, deleted at the
+	// end unless Keep. Default "outboxrelay_bench".
+	Exchange string
+	// Keep leaves the schema and the exchange in place. Default false.
+	Keep bool
+	// Executable is the outboxrelay binary run as "run" and "naive-relay".
+	// Default: the running executable (os.Executable).
+	Executable string
+	// RelayArgs are appended to the relay's command line, for tuning
+	// (e.g. "--batch-size=1000"). Default none.
+	RelayArgs []string
+	// Only selects workloads by name (drain, steady, idle, producer). They
+	// always run in that order. Default: all four.
+	Only []string
+	// DrainEvents is the backlog the drain workload delivers. Default 100000.
+	DrainEvents int
+	// PayloadBytes is the approximate size of each event's JSON payload.
+	// Default 256.
+	PayloadBytes int
+	// NaiveDrainTime is how long the naive poller drains before its rate is
+	// taken. Default 10s.
+	NaiveDrainTime time.Duration
+	// SteadyRates are the steady workload's target commit rates, events per
+	// second. Default [1000, 5000].
+	SteadyRates []int
+	// SteadyDuration is how long producers write at each steady rate.
+	// Default 30s.
+	SteadyDuration time.Duration
+	// Producers is how many connections share a steady rate. Default 8.
+	Producers int
+	// IdleEvents is how many events the idle workload writes. Default 50.
+	IdleEvents int
+	// IdleInterval is the time between idle events. Default 200ms.
+	IdleInterval time.Duration
+	// ProducerConcurrency are the connection counts of the producer
+	// workload. Default [1, 8, 32].
+	ProducerConcurrency []int
+	// ProducerDuration is how long each producer run inserts. Default 5s.
+	ProducerDuration time.Duration
+	// DrainWait bounds every wait for events still on their way: after
+	// steady and idle producers stop, between producer runs, and, as the
+	// longest stretch without progress, during a drain. Default 60s.
+	DrainWait time.Duration
+	// Logger receives a progress line as each workload starts and ends.
+	// Default: discarded.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, "postgres://postgres@localhost:5432/postgres")
+	c.AMQPURL = cmp.Or(c.AMQPURL, "amqp://localhost:5672/")
+	c.Schema = cmp.Or(c.Schema, "outboxrelay_bench")
+	c.Exchange = cmp.Or(c.Exchange, "outboxrelay_bench")
+	if c.Executable == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.Executable = exe
+		}
+	}
+	if len(c.Only) == 0 {
+		c.Only = workloads
+	}
+	c.DrainEvents = cmp.Or(c.DrainEvents, 100000)
+	c.PayloadBytes = cmp.Or(c.PayloadBytes, 256)
+	c.NaiveDrainTime = cmp.Or(c.NaiveDrainTime, 10*time.Second)
+	if len(c.SteadyRates) == 0 {
+		c.SteadyRates = []int{1000, 5000}
+	}
+	c.SteadyDuration = cmp.Or(c.SteadyDuration, 30*time.Second)
+	c.Producers = cmp.Or(c.Producers, 8)
+	c.IdleEvents = cmp.Or(c.IdleEvents, 50)
+	c.IdleInterval = cmp.Or(c.IdleInterval, 200*time.Millisecond)
+	if len(c.ProducerConcurrency) == 0 {
+		c.ProducerConcurrency = []int{1, 8, 32}
+	}
+	c.ProducerDuration = cmp.Or(c.ProducerDuration, 5*time.Second)
+	c.DrainWait = cmp.Or(c.DrainWait, 60*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work, naming it. It never
+// includes a password.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return fmt.Errorf("bench: DatabaseURL: must be a postgres:// URL")
+	}
+	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		return fmt.Errorf("bench: AMQPURL: must be an amqp:// or amqps:// URL")
+	}
+	for _, w := range c.Only {
+		if !slices.Contains(workloads, w) {
+			return fmt.Errorf("bench: Only %q: must be one of %s", w, strings.Join(workloads, ", "))
+		}
+	}
+	if bad := firstBelow(c.SteadyRates, 1); bad != "" {
+		return fmt.Errorf("bench: SteadyRates %s: must be at least 1", bad)
+	}
+	if bad := firstBelow(c.ProducerConcurrency, 1); bad != "" {
+		return fmt.Errorf("bench: ProducerConcurrency %s: must be at least 1", bad)
+	}
+	switch {
+	case c.Schema == "" || len(c.Schema) > 63:
+		return fmt.Errorf("bench: Schema %q: must be 1 to 63 bytes", c.Schema)
+	case len(c.Exchange) > 255 || strings.HasPrefix(c.Exchange, "amq."):
+		return fmt.Errorf("bench: Exchange %q: must be at most 255 bytes and not start with amq.", c.Exchange)
+	case c.Executable == "":
+		return fmt.Errorf("bench: Executable: must name the outboxrelay binary")
+	case c.DrainEvents < 1 || c.DrainEvents > maxEventNumber/4:
+		return fmt.Errorf("bench: DrainEvents %d: must be between 1 and %d", c.DrainEvents, maxEventNumber/4)
+	case c.PayloadBytes < 1:
+		return fmt.Errorf("bench: PayloadBytes %d: must be at least 1", c.PayloadBytes)
+	case c.NaiveDrainTime <= 0:
+		return fmt.Errorf("bench: NaiveDrainTime %s: must be positive", c.NaiveDrainTime)
+	case c.SteadyDuration <= 0:
+		return fmt.Errorf("bench: SteadyDuration %s: must be positive", c.SteadyDuration)
+	case c.Producers < 1:
+		return fmt.Errorf("bench: Producers %d: must be at least 1", c.Producers)
+	case c.IdleEvents < 1:
+		return fmt.Errorf("bench: IdleEvents %d: must be at least 1", c.IdleEvents)
+	case c.IdleInterval <= 0:
+		return fmt.Errorf("bench: IdleInterval %s: must be positive", c.IdleInterval)
+	case c.ProducerDuration <= 0:
+		return fmt.Errorf("bench: ProducerDuration %s: must be positive", c.ProducerDuration)
+	case c.DrainWait <= 0:
+		return fmt.Errorf("bench: DrainWait %s: must be positive", c.DrainWait)
+	}
+	for _, rate := range c.SteadyRates {
+		if events := float64(rate) * c.SteadyDuration.Seconds(); events > maxEventNumber/4 {
+			return fmt.Errorf("bench: SteadyRates %d over SteadyDuration %s: too many events", rate, c.SteadyDuration)
+		}
+	}
+	return nil
+}
+
+// runs reports whether workload w is selected.
+func (c Config) runs(w string) bool { return slices.Contains(c.Only, w) }
+
+// Flags lists the settings as the bench command's flags, for the report.
+func (c Config) Flags() []string {
+	c = c.withDefaults()
+	flags := []string{
+		"--schema=" + c.Schema,
+		"--exchange=" + c.Exchange,
+		"--only=" + strings.Join(c.Only, ","),
+		"--drain-events=" + strconv.Itoa(c.DrainEvents),
+		"--payload-bytes=" + strconv.Itoa(c.PayloadBytes),
+		"--naive-drain-time=" + c.NaiveDrainTime.String(),
+		"--steady-rates=" + joinInts(c.SteadyRates),
+		"--steady-duration=" + c.SteadyDuration.String(),
+		"--producers=" + strconv.Itoa(c.Producers),
+		"--idle-events=" + strconv.Itoa(c.IdleEvents),
+		"--idle-interval=" + c.IdleInterval.String(),
+		"--producer-concurrency=" + joinInts(c.ProducerConcurrency),
+		"--producer-duration=" + c.ProducerDuration.String(),
+		"--drain-wait=" + c.DrainWait.String(),
+	}
+	for _, a := range c.RelayArgs {
+		flags = append(flags, "--relay-arg="+a)
+	}
+	if c.Keep {
+		flags = append(flags, "--keep")
+	}
+	return flags
+}
+
+func firstBelow(xs []int, low int) string {
+	for _, x := range xs {
+		if x < low {
+			return strconv.Itoa(x)
+		}
+	}
+	return ""
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// redactURL hides a URL's password, for logs and errors.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

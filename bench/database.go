@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// queryTimeout bounds each statement the benchmark runs itself (a drain's
+// backlog is written in one statement).
+const queryTimeout = 5 * time.Minute
+
+// database is the benchmark's access to PostgreSQL: a small pool for its
+// own statements and the URLs its children and producers connect with, all
+// with search_path set to the benchmark schema.
+type database struct {
+	pool   *pgxpool.Pool
+	base   *url.URL
+	schema string
+	table  string // the outbox table, schema-qualified and quoted
+}
+
+// openDatabase connects and creates the schema if it is missing (see
+// prepareSchema).
+func openDatabase(ctx context.Context, rawURL, schema string) (*database, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("database URL: %w", err)
+	}
+	d := &database{base: u, schema: schema, table: pgx.Identifier{schema, "outbox"}.Sanitize()}
+	cfg, err := pgxpool.ParseConfig(d.url("outboxrelay-bench"))
+	if err != nil {
+		return nil, fmt.Errorf("database URL %s: %w", redactURL(rawURL), err)
+	}
+	cfg.MaxConns = 4
+	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(connectCtx, cfg)
+	if err == nil {
+		err = pool.Ping(connectCtx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", redactURL(rawURL), err)
+	}
+	d.pool = pool
+	if err := d.prepareSchema(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// schemaMark is the comment of a schema the benchmark created. The
+// benchmark truncates the outbox and drops the schema at the end, so it
+// only ever works in a schema that carries this mark.
+const schemaMark = "outboxrelay bench scratch schema: outboxrelay bench truncates and drops it"
+
+// prepareSchema creates the schema with its mark if it is missing, and
+// refuses an existing schema without the mark (an application's schema, a
+// real outbox).
+func (d *database) prepareSchema(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var comment *string
+	err := d.pool.QueryRow(ctx, `SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = $1`, d.schema).Scan(&comment)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return d.createSchema(ctx)
+	case err != nil:
+		return fmt.Errorf("inspect schema: %w", err)
+	case comment == nil || *comment != schemaMark:
+		return fmt.Errorf("schema %q exists and was not created by outboxrelay bench, which truncates and drops its schema: choose another --schema", d.schema)
+	}
+	return nil
+}
+
+func (d *database) createSchema(ctx context.Context) error {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	name := pgx.Identifier{d.schema}.Sanitize()
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	// COMMENT takes no parameters; the mark is a constant without quotes.
+	if _, err := tx.Exec(ctx, "COMMENT ON SCHEMA "+name+" IS '"+schemaMark+"'"); err != nil {
+		return fmt.Errorf("mark schema: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	return nil
+}
+
+// url is the database URL with the benchmark schema as search_path and the
+// given application_name, by which the backends of a connection are found.
+func (d *database) url(applicationName string) string {
+	u := *d.base
+	q := u.Query()
+	q.Set("search_path", d.schema)
+	q.Set("application_name", applicationName)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Close closes the pool.
+func (d *database) Close() { d.pool.Close() }
+
+func (d *database) exec(ctx context.Context, what, sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	if _, err := d.pool.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (d *database) queryInt(ctx context.Context, what, sql string, args ...any) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var n int64
+	if err := d.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
+}
+
+// truncate empties the outbox and restarts its ids.
+func (d *database) truncate(ctx context.Context) error {
+	return d.exec(ctx, "truncate outbox", "TRUNCATE "+d.table+" RESTART IDENTITY")
+}
+
+// insertBacklog writes events first … first+n-1 as pending rows in one
+// statement.
+func (d *database) insertBacklog(ctx context.Context, first int64, n int, p payloads) error {
+	return d.exec(ctx, "insert backlog", `INSERT INTO `+d.table+` (event_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT `+eventIDSQL+`, '`+aggregateType+`', n::text, '`+eventType+`', jsonb_build_object('n', n, 'pad', repeat('x', $3::int))
+		FROM generate_series($1::bigint, $2::bigint) AS n`, first, first+int64(n)-1, p.padLen())
+}
+
+// pending counts the rows waiting to be published.
+func (d *database) pending(ctx context.Context) (int64, error) {
+	return d.queryInt(ctx, "count pending", "SELECT count(*) FROM "+d.table+" WHERE status = 'pending'")
+}
+
+// setTriggers enables or disables the outbox's user triggers.
+func (d *database) setTriggers(ctx context.Context, enabled bool) error {
+	action := "DISABLE"
+	if enabled {
+		action = "ENABLE"
+	}
+	return d.exec(ctx, "outbox triggers", "ALTER TABLE "+d.table+" "+action+" TRIGGER USER")
+}
+
+// backends lists the pids of the backends whose application_name is name.
+func (d *database) backends(ctx context.Context, name string) ([]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := d.pool.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", name)
+	if err != nil {
+		return nil, fmt.Errorf("list backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("list backends: %w", err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out, nil
+}
+
+// serverVersion is PostgreSQL's server_version.
+func (d *database) serverVersion(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	var v string
+	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "", fmt.Errorf("server_version: %w", err)
+	}
+	return v, nil
+}
+
+// dropSchema drops the benchmark schema and everything in it.
+func (d *database) dropSchema(ctx context.Context) error {
+	return d.exec(ctx, "drop schema", "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.schema}.Sanitize()+" CASCADE")
+}

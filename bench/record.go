@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// clock reads the benchmark's one monotonic clock: nanoseconds since the
+// run began, never 0 (0 means "not yet" in a record). Producers and the
+// consumer run in the same process, so their readings compare directly.
+type clock struct{ base time.Time }
+
+func newClock() clock { return clock{base: time.Now()} }
+
+func (c clock) now() int64 { return int64(time.Since(c.base)) + 1 }
+
+// record is the ledger of one run of one system: for the events numbered
+// base … base+len-1, when each one's INSERT committed and when the consumer
+// first received it, as clock readings (0: not yet). Slots are written with
+// atomic operations by producers and the consumer at once.
+type record struct {
+	base      int64
+	committed []int64
+	received  []int64
+	distinct  atomic.Int64
+	dups      atomic.Int64
+	// progress receives a coalesced signal after each new event.
+	progress chan struct{}
+}
+
+func newRecord(base int64, size int) *record {
+	return &record{
+		base:      base,
+		committed: make([]int64, size),
+		received:  make([]int64, size),
+		progress:  make(chan struct{}, 1),
+	}
+}
+
+// size is how many events the record has room for.
+func (r *record) size() int { return len(r.committed) }
+
+// number is the event number of slot i.
+func (r *record) number(i int) int64 { return r.base + int64(i) }
+
+// commit notes that slot i's INSERT committed at t.
+func (r *record) commit(i int, t int64) { atomic.StoreInt64(&r.committed[i], t) }
+
+// commitAll notes that every slot committed at t.
+func (r *record) commitAll(t int64) {
+	for i := range r.committed {
+		atomic.StoreInt64(&r.committed[i], t)
+	}
+}
+
+// receive notes the delivery of event n at t; an event outside the record
+// is ignored. A second delivery of an event counts as a duplicate.
+func (r *record) receive(n, t int64) {
+	i := n - r.base
+	if i < 0 || i >= int64(len(r.received)) {
+		return
+	}
+	if !atomic.CompareAndSwapInt64(&r.received[i], 0, t) {
+		r.dups.Add(1)
+		return
+	}
+	r.distinct.Add(1)
+	select {
+	case r.progress <- struct{}{}:
+	default:
+	}
+}
+
+// count is how many distinct events have arrived.
+func (r *record) count() int64 { return r.distinct.Load() }
+
+// duplicates is how many deliveries repeated an event already received.
+func (r *record) duplicates() int64 { return r.dups.Load() }
+
+// lost is how many events committed but have not arrived.
+func (r *record) lost() int64 {
+	var n int64
+	for i := range r.committed {
+		if atomic.LoadInt64(&r.committed[i]) != 0 && atomic.LoadInt64(&r.received[i]) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// lastReceived is the clock reading of the latest first delivery, 0 if none.
+func (r *record) lastReceived() int64 {
+	var last int64
+	for i := range r.received {
+		last = max(last, atomic.LoadInt64(&r.received[i]))
+	}
+	return last
+}
+
+// latency summarizes commit → first delivery over the events that arrived.
+// A delivery the clock saw before its producer noted the commit (the relay
+// can be that quick) counts as 0. Nil if none arrived.
+func (r *record) latency() *Latency {
+	var ds []int64
+	for i := range r.received {
+		c, rc := atomic.LoadInt64(&r.committed[i]), atomic.LoadInt64(&r.received[i])
+		if c == 0 || rc == 0 {
+			continue
+		}
+		ds = append(ds, max(0, rc-c))
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	slices.Sort(ds)
+	return &Latency{
+		P50: millis(percentile(ds, 50)),
+		P90: millis(percentile(ds, 90)),
+		P99: millis(percentile(ds, 99)),
+		Max: millis(ds[len(ds)-1]),
+	}
+}
+
+// percentile is the nearest-rank percentile p of sorted, non-empty xs.
+func percentile(xs []int64, p int) int64 {
+	rank := (p*len(xs) + 99) / 100 // ceil(p/100 · n)
+	return xs[max(rank, 1)-1]
+}
+
+func millis(ns int64) float64 { return float64(ns) / 1e6 }

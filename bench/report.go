@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteMachine prints the machine and the settings the results came from.
+func WriteMachine(w io.Writer, m Machine, cfg Config) error {
+	_, err := fmt.Fprintf(w, "machine:    %s × %d, %d MiB, %s\nsoftware:   %s, PostgreSQL %s, RabbitMQ %s\nbench:      %s\n\n",
+		m.CPU, m.CPUs, m.MemoryMiB, m.Kernel, m.Go, m.PostgreSQL, m.RabbitMQ, strings.Join(cfg.Flags(), " "))
+	return err
+}
+
+// WriteTable prints one line per result.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tbacklog\tcpu ms/1k (relay+pg)\trss MiB\t")
+	for _, r := range results {
+		p50, p90, p99, pmax := "-", "-", "-", "-"
+		if l := r.Latency; l != nil {
+			p50, p90, p99, pmax = num(l.P50), num(l.P90), num(l.P99), num(l.Max)
+		}
+		cpu, rss := "-", "-"
+		if c := r.Cost; c != nil {
+			cpu = num(c.RelayCPUPer1k) + "+?"
+			if c.PGCPUPer1k != nil {
+				cpu = num(c.RelayCPUPer1k) + "+" + num(*c.PGCPUPer1k) + "=" + num(c.TotalPer1k)
+			}
+			rss = num(c.PeakRSSMiB)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.Backlog), cpu, rss)
+	}
+	return tw.Flush()
+}
+
+// WriteRatios prints the ratios section.
+func WriteRatios(w io.Writer, r Ratios) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nratios")
+	pct := func(p *float64, unit string) string {
+		if p == nil {
+			return "-"
+		}
+		return num(*p) + " " + unit
+	}
+	fmt.Fprintf(tw, "  drain relay/ceiling\t%s\n", pct(r.DrainRelayVsCeilingPct, "%"))
+	fmt.Fprintf(tw, "  drain relay/naive\t%s\n", pct(r.DrainRelayVsNaiveX, "×"))
+	for _, p := range r.Producer {
+		fmt.Fprintf(tw, "  producer c=%d with/without trigger\t%s %%\t(%s/s vs %s/s)\n", p.Concurrency, num(p.Pct), num(p.WithTrigger), num(p.WithoutTrigger))
+	}
+	return tw.Flush()
+}
+
+// AppendJSON appends the run to the file at path as JSON lines: the
+// machine and settings, one object per result, then the ratios. Every line
+// carries the run's start time as "run".
+func AppendJSON(path string, started time.Time, m Machine, cfg Config, results []Result, ratios Ratios) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("json results: %w", err)
+	}
+	run := started.UTC().Format(time.RFC3339)
+	enc := json.NewEncoder(f)
+	err = enc.Encode(struct {
+		Run     string   `json:"run"`
+		Machine Machine  `json:"machine"`
+		Flags   []string `json:"flags"`
+	}{run, m, cfg.Flags()})
+	for _, r := range results {
+		if err != nil {
+			break
+		}
+		err = enc.Encode(struct {
+			Run string `json:"run"`
+			Result
+		}{run, r})
+	}
+	if err == nil {
+		err = enc.Encode(struct {
+			Run    string `json:"run"`
+			Ratios Ratios `json:"ratios"`
+		}{run, ratios})
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("json results %s: %w", path, err)
+	}
+	return nil
+}
+
+// label names a result's workload with its parameter.
+func label(r Result) string {
+	switch {
+	case r.TargetRate > 0:
+		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s"
+	case r.IntervalMS > 0:
+		return r.Workload + " " + strconv.FormatFloat(r.IntervalMS, 'f', -1, 64) + "ms"
+	case r.Trigger != nil:
+		trig := "+trigger"
+		if !*r.Trigger {
+			trig = "-trigger"
+		}
+		return r.Workload + " c=" + strconv.Itoa(r.Concurrency) + " " + trig
+	}
+	return r.Workload
+}
+
+func optional(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
+// num prints a figure with about three significant digits, whole numbers
+// from 100 up.
+func num(f float64) string {
+	switch a := math.Abs(f); {
+	case a >= 100 || a == 0:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(f, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(f, 'f', 2, 64)
+	}
+}
+
+// round rounds for log lines.
+func round(f float64) float64 { return math.Round(f*10) / 10 }

@@ -1,0 +1,132 @@
+package bench
+
+// Result is one row of the report: one workload on one system. Figures that
+// do not apply, or were not measured, are nil (null in JSON, "-" in the
+// table).
+type Result struct {
+	// Workload is drain, steady, idle or producer.
+	Workload string `json:"workload"`
+	// System is relay, naive or ceiling.
+	System string `json:"system"`
+	// TargetRate is the steady workload's target, events per second.
+	TargetRate int `json:"target_rate,omitempty"`
+	// IntervalMS is the idle workload's time between events.
+	IntervalMS float64 `json:"interval_ms,omitempty"`
+	// Concurrency is the producer workload's connection count.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Trigger tells whether the producer workload ran with the outbox's
+	// insert triggers enabled.
+	Trigger *bool `json:"trigger,omitempty"`
+
+	// Committed is how many events producers committed (or the backlog
+	// written for a drain, or the messages the ceiling published).
+	Committed int64 `json:"committed"`
+	// Events is how many distinct events arrived at the consumer, or, for
+	// the producer workload, how many rows were inserted.
+	Events int64 `json:"events"`
+	// Seconds is the measured time the rate is taken over.
+	Seconds float64 `json:"seconds"`
+	// Rate is events per second: delivered (drain), committed by the
+	// producers (steady, idle) or inserted (producer).
+	Rate float64 `json:"rate"`
+	// Latency is commit → consumer over the events that arrived (steady,
+	// idle).
+	Latency *Latency `json:"latency_ms"`
+	// Lost is how many committed events never arrived within the wait;
+	// nil where the system is not waited for.
+	Lost *int64 `json:"lost"`
+	// Duplicates is how many deliveries repeated an event.
+	Duplicates int64 `json:"duplicates"`
+	// Backlog is how many rows were pending when the producers stopped
+	// (steady, idle) or when the naive drain ended.
+	Backlog *int64 `json:"backlog"`
+	// Cost is the CPU and memory the system used (relay and naive, in drain
+	// and steady).
+	Cost *Cost `json:"cost"`
+}
+
+// Latency is a latency distribution in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Cost is what a relay process and its PostgreSQL backends spent on a run.
+type Cost struct {
+	// RelayCPUPer1k is the relay process's user+system CPU, milliseconds
+	// per 1,000 events delivered.
+	RelayCPUPer1k float64 `json:"relay_cpu_ms_per_1k"`
+	// PGCPUPer1k is the CPU of the relay's PostgreSQL backends, milliseconds
+	// per 1,000 events; nil when they cannot be read (PostgreSQL on another
+	// machine or in another PID namespace).
+	PGCPUPer1k *float64 `json:"pg_cpu_ms_per_1k"`
+	// TotalPer1k is their sum (the relay's alone when PGCPUPer1k is nil).
+	TotalPer1k float64 `json:"total_cpu_ms_per_1k"`
+	// PeakRSSMiB is the relay process's peak resident memory (VmHWM).
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+}
+
+// Ratios relate the results to each other.
+type Ratios struct {
+	// DrainRelayVsCeilingPct is the relay's drain rate as a percentage of
+	// the broker ceiling's.
+	DrainRelayVsCeilingPct *float64 `json:"drain_relay_vs_ceiling_pct"`
+	// DrainRelayVsNaiveX is the relay's drain rate as a multiple of the
+	// naive poller's.
+	DrainRelayVsNaiveX *float64 `json:"drain_relay_vs_naive_x"`
+	// Producer compares insert rates with and without the insert triggers.
+	Producer []ProducerRatio `json:"producer"`
+}
+
+// ProducerRatio compares inserts per second at one concurrency.
+type ProducerRatio struct {
+	Concurrency    int     `json:"concurrency"`
+	WithTrigger    float64 `json:"with_trigger"`
+	WithoutTrigger float64 `json:"without_trigger"`
+	// Pct is WithTrigger as a percentage of WithoutTrigger.
+	Pct float64 `json:"pct"`
+}
+
+// ComputeRatios derives the ratios from results; a ratio whose rows are
+// missing is nil or left out.
+func ComputeRatios(results []Result) Ratios {
+	var r Ratios
+	rate := func(workload, system string) float64 {
+		for _, res := range results {
+			if res.Workload == workload && res.System == system {
+				return res.Rate
+			}
+		}
+		return 0
+	}
+	relay, ceiling, naive := rate(WorkloadDrain, SystemRelay), rate(WorkloadDrain, SystemCeiling), rate(WorkloadDrain, SystemNaive)
+	if relay > 0 && ceiling > 0 {
+		r.DrainRelayVsCeilingPct = ptr(100 * relay / ceiling)
+	}
+	if relay > 0 && naive > 0 {
+		r.DrainRelayVsNaiveX = ptr(relay / naive)
+	}
+	with, without := map[int]float64{}, map[int]float64{}
+	var order []int
+	for _, res := range results {
+		if res.Workload != WorkloadProducer || res.Trigger == nil {
+			continue
+		}
+		if *res.Trigger {
+			with[res.Concurrency] = res.Rate
+			order = append(order, res.Concurrency)
+		} else {
+			without[res.Concurrency] = res.Rate
+		}
+	}
+	for _, c := range order {
+		if w, wo := with[c], without[c]; wo > 0 {
+			r.Producer = append(r.Producer, ProducerRatio{Concurrency: c, WithTrigger: w, WithoutTrigger: wo, Pct: 100 * w / wo})
+		}
+	}
+	return r
+}
+
+func ptr[T any](v T) *T { return &v }

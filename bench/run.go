@@ -1,0 +1,273 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Run prepares the schema and the consumer, runs the selected workloads in
+// order (drain, steady, idle, producer) and returns one Result per row. On
+// failure it returns the results so far with the error. Unless cfg.Keep,
+// the schema is dropped and the exchange deleted at the end, whatever
+// happened. Run refuses a schema it did not create, and deletes only an
+// exchange it created.
+func Run(ctx context.Context, cfg Config) (results []Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	r := &runner{cfg: cfg, log: cfg.Logger.With("component", "bench"), clock: newClock(), payloads: newPayloads(cfg.PayloadBytes)}
+	defer func() { err = errors.Join(err, r.close(context.WithoutCancel(ctx))) }()
+	if err := r.open(ctx); err != nil {
+		return nil, err
+	}
+	for _, w := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{WorkloadDrain, r.drain},
+		{WorkloadSteady, r.steady},
+		{WorkloadIdle, r.idle},
+		{WorkloadProducer, r.producer},
+	} {
+		if !cfg.runs(w.name) {
+			continue
+		}
+		if err := w.run(ctx); err != nil {
+			return r.results, fmt.Errorf("%s: %w", w.name, err)
+		}
+	}
+	return r.results, nil
+}
+
+// runner holds what the workloads share.
+type runner struct {
+	cfg      Config
+	log      *slog.Logger
+	clock    clock
+	payloads payloads
+	db       *database
+	consumer *consumer
+	// ids numbers events over the whole run, so no two runs share one.
+	ids     atomic.Int64
+	results []Result
+}
+
+// open connects, creates the schema, migrates it with "outboxrelay migrate"
+// and starts the consumer.
+func (r *runner) open(ctx context.Context) error {
+	db, err := openDatabase(ctx, r.cfg.DatabaseURL, r.cfg.Schema)
+	if err != nil {
+		return err
+	}
+	r.db = db
+	if err := r.migrate(ctx); err != nil {
+		return err
+	}
+	c, err := newConsumer(r.cfg.AMQPURL, r.cfg.Exchange, r.clock)
+	if err != nil {
+		return err
+	}
+	r.consumer = c
+	return nil
+}
+
+// migrate runs the binary's own migrations into the schema.
+func (r *runner) migrate(ctx context.Context) error {
+	p, err := startProcess("outboxrelay migrate", r.cfg.Executable, []string{"migrate"}, r.env("outboxrelay-bench-migrate"))
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		return errors.Join(ctx.Err(), p.stop())
+	}
+	if p.err != nil {
+		return fmt.Errorf("outboxrelay migrate: %w: %s", p.err, p.out.last())
+	}
+	return nil
+}
+
+// close stops the consumer and, unless Keep, drops the schema (which is
+// the benchmark's own, see prepareSchema) and deletes the exchange if the
+// benchmark created it.
+func (r *runner) close(ctx context.Context) error {
+	var errs []error
+	if r.consumer != nil {
+		errs = append(errs, r.consumer.Close())
+	}
+	if r.db != nil {
+		if !r.cfg.Keep {
+			errs = append(errs, r.db.dropSchema(ctx))
+		}
+		r.db.Close()
+	}
+	switch {
+	case r.cfg.Keep || r.consumer == nil:
+	case r.consumer.createdExchange:
+		errs = append(errs, deleteExchange(r.cfg.AMQPURL, r.cfg.Exchange))
+	default:
+		r.log.Warn("the exchange existed before the benchmark: kept", "exchange", r.cfg.Exchange)
+	}
+	return errors.Join(errs...)
+}
+
+func deleteExchange(amqpURL, name string) error {
+	conn, err := dialAMQP(amqpURL, "outboxrelay-bench-cleanup")
+	if err != nil {
+		return fmt.Errorf("delete exchange: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("delete exchange: open channel: %w", err)
+	}
+	if err := ch.ExchangeDelete(name, false, false); err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+			return nil
+		}
+		return fmt.Errorf("delete exchange %q: %w", name, err)
+	}
+	return nil
+}
+
+// env is a child's whole environment; applicationName marks its
+// PostgreSQL connections.
+func (r *runner) env(applicationName string) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=" + r.db.url(applicationName),
+		"AMQP_URL=" + r.cfg.AMQPURL,
+		"OUTBOX_EXCHANGE=" + r.cfg.Exchange,
+		"OUTBOX_LOG_FORMAT=json",
+		"OUTBOX_LOG_LEVEL=warn",
+	}
+}
+
+// system is a running relay or naive poller.
+type system struct {
+	name string
+	proc *process
+	app  string
+}
+
+// start starts the relay ("outboxrelay run" plus RelayArgs) or the naive
+// poller ("outboxrelay naive-relay") under a unique application_name.
+func (r *runner) start(name string) (*system, error) {
+	args := []string{"naive-relay"}
+	if name == SystemRelay {
+		args = append([]string{"run"}, r.cfg.RelayArgs...)
+	}
+	app := "outboxrelay-bench-" + name + "-" + randomHex(4)
+	p, err := startProcess("outboxrelay "+args[0], r.cfg.Executable, args, r.env(app))
+	if err != nil {
+		return nil, err
+	}
+	return &system{name: name, proc: p, app: app}, nil
+}
+
+// reset prepares a run: the consumer stops noting events, the queue is
+// emptied up to a barrier, the outbox is truncated. No system may be
+// running.
+func (r *runner) reset(ctx context.Context) error {
+	r.consumer.track(nil)
+	if err := r.consumer.purge(ctx, r.cfg.DrainWait); err != nil {
+		return err
+	}
+	return r.db.truncate(ctx)
+}
+
+// newRecord reserves size event numbers and makes the consumer note their
+// arrival.
+func (r *runner) newRecord(size int) *record {
+	rec := newRecord(r.ids.Add(int64(size))-int64(size), size)
+	r.consumer.track(rec)
+	return rec
+}
+
+// warmUp writes one event and waits until it arrives, proving sys ready.
+func (r *runner) warmUp(ctx context.Context, sys *system, ps *producers) error {
+	rec := r.newRecord(1)
+	if err := ps.insert(ctx, ps.conns[0], rec.number(0)); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	rec.commit(0, r.clock.now())
+	ok, err := r.await(ctx, rec, 1, r.cfg.DrainWait, false, sys)
+	switch {
+	case err != nil:
+		return fmt.Errorf("warm-up: %w", err)
+	case !ok:
+		return fmt.Errorf("warm-up: the %s did not deliver an event within %s", sys.name, r.cfg.DrainWait)
+	}
+	return nil
+}
+
+// await waits until want events of rec have arrived and reports whether
+// they did. It gives up after limit or, with stall, once limit passes
+// without a new arrival. It fails if ctx ends, the consumer stops or sys
+// (if any) exits.
+func (r *runner) await(ctx context.Context, rec *record, want int64, limit time.Duration, stall bool, sys *system) (bool, error) {
+	var exited <-chan struct{}
+	if sys != nil {
+		exited = sys.proc.Done()
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for rec.count() < want {
+		select {
+		case <-rec.progress:
+			if stall {
+				timer.Reset(limit)
+			}
+		case <-timer.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-r.consumer.Done():
+			return false, r.consumer.Err()
+		case <-exited:
+			return false, sys.proc.exitError()
+		}
+	}
+	return true, nil
+}
+
+// awaitPending waits until no row is pending, polling, for at most limit.
+func (r *runner) awaitPending(ctx context.Context, limit time.Duration, sys *system) (bool, error) {
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := r.db.pending(ctx)
+		if err != nil || n == 0 {
+			return n == 0, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-sys.proc.Done():
+			return false, sys.proc.exitError()
+		}
+	}
+}
+
+// stopSystem stops sys; its error becomes *err unless there already is one
+// (often the same exit, seen earlier).
+func stopSystem(sys *system, err *error) {
+	if stopErr := sys.proc.stop(); stopErr != nil && *err == nil {
+		*err = stopErr
+	}
+}

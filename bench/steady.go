@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"time"
+)
+
+// naiveSettle is how long the steady and idle workloads wait for the naive
+// poller after the producers stop: it falls further behind every second,
+// so waiting longer would only measure its backlog.
+const naiveSettle = 2 * time.Second
+
+// steady runs open-loop producers at each of SteadyRates for
+// SteadyDuration, on the relay and on the naive poller.
+func (r *runner) steady(ctx context.Context) error {
+	for _, rate := range r.cfg.SteadyRates {
+		for _, name := range []string{SystemRelay, SystemNaive} {
+			r.log.Info("steady: start", "system", name, "rate", rate, "duration", r.cfg.SteadyDuration)
+			total := max(1, int(float64(rate)*r.cfg.SteadyDuration.Seconds()))
+			res, err := r.produce(ctx, name, r.cfg.Producers, total, float64(rate), true)
+			if err != nil {
+				return err
+			}
+			res.Workload, res.TargetRate = WorkloadSteady, rate
+			r.results = append(r.results, res)
+			r.log.Info("steady: done", "system", name, "rate", rate, "committed", res.Committed, "received", res.Events)
+		}
+	}
+	return nil
+}
+
+// produce is one paced run: it starts the system, warms it up, has k
+// producers write total events at rate, notes the backlog when they stop
+// and waits for the rest (DrainWait for the relay, naiveSettle for the
+// naive poller). With cost, it measures the system from the first event to
+// the end of the wait.
+func (r *runner) produce(ctx context.Context, name string, k, total int, rate float64, cost bool) (res Result, err error) {
+	if err := r.reset(ctx); err != nil {
+		return Result{}, err
+	}
+	ps, err := r.db.connectProducers(ctx, k, r.payloads)
+	if err != nil {
+		return Result{}, err
+	}
+	defer ps.Close()
+	sys, err := r.start(name)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopSystem(sys, &err)
+	if err := r.warmUp(ctx, sys, ps); err != nil {
+		return Result{}, err
+	}
+	rec := r.newRecord(total)
+	var meter *costMeter
+	if cost {
+		if meter, err = beginCost(ctx, r.db, sys.proc, sys.app); err != nil {
+			return Result{}, err
+		}
+	}
+	committed, elapsed, err := ps.paced(ctx, k, rec, r.clock, rate)
+	if err != nil {
+		return Result{}, err
+	}
+	backlog, err := r.db.pending(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	wait := r.cfg.DrainWait
+	if name == SystemNaive {
+		wait = naiveSettle
+	}
+	if _, err := r.await(ctx, rec, committed, wait, false, sys); err != nil {
+		return Result{}, err
+	}
+	res = Result{
+		System:     name,
+		Committed:  committed,
+		Events:     rec.count(),
+		Seconds:    elapsed.Seconds(),
+		Rate:       float64(committed) / elapsed.Seconds(),
+		Latency:    rec.latency(),
+		Duplicates: rec.duplicates(),
+		Backlog:    &backlog,
+	}
+	if name == SystemRelay {
+		res.Lost = ptr(rec.lost())
+	}
+	if meter != nil {
+		res.Cost, err = meter.finish(ctx, rec.count())
+	}
+	return res, err
+}

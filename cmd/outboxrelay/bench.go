@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/outboxrelay/outboxrelay/bench"
+)
+
+// BenchCmd benchmarks the relay against a naive poller and the broker's
+// ceiling; see package bench.
+type BenchCmd struct {
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL database to benchmark in."`
+	AMQPURL     string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL (no credentials means guest/guest)."`
+	LogFlags
+
+	Schema   string   `name:"schema" default:"outboxrelay_bench" help:"Schema the outbox is created in; dropped at the end unless --keep. An existing schema the benchmark did not create is refused."`
+	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
+	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
+	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer" help:"Workloads to run: drain, steady, idle, producer."`
+	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
+
+	DrainEvents    int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
+	PayloadBytes   int           `name:"payload-bytes" default:"256" group:"Workloads" help:"Approximate size of each event's JSON payload."`
+	NaiveDrainTime time.Duration `name:"naive-drain-time" default:"10s" group:"Workloads" help:"How long the naive poller drains."`
+	SteadyRates    []int         `name:"steady-rates" default:"1000,5000" group:"Workloads" help:"Steady workload target rates, events/s."`
+	SteadyDuration time.Duration `name:"steady-duration" default:"30s" group:"Workloads" help:"How long producers write at each steady rate."`
+	Producers      int           `name:"producers" default:"8" group:"Workloads" help:"Producer connections sharing a steady rate."`
+	IdleEvents     int           `name:"idle-events" default:"50" group:"Workloads" help:"Events the idle workload writes."`
+	IdleInterval   time.Duration `name:"idle-interval" default:"200ms" group:"Workloads" help:"Time between idle events."`
+	ProducerConc   []int         `name:"producer-concurrency" default:"1,8,32" group:"Workloads" help:"Connection counts of the producer workload."`
+	ProducerDur    time.Duration `name:"producer-duration" default:"5s" group:"Workloads" help:"How long each producer run inserts."`
+	DrainWait      time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
+}
+
+func (c *BenchCmd) config(stderr io.Writer) bench.Config {
+	return bench.Config{
+		DatabaseURL:         c.DatabaseURL,
+		AMQPURL:             c.AMQPURL,
+		Schema:              c.Schema,
+		Exchange:            c.Exchange,
+		Keep:                c.Keep,
+		RelayArgs:           c.RelayArg,
+		Only:                c.Only,
+		DrainEvents:         c.DrainEvents,
+		PayloadBytes:        c.PayloadBytes,
+		NaiveDrainTime:      c.NaiveDrainTime,
+		SteadyRates:         c.SteadyRates,
+		SteadyDuration:      c.SteadyDuration,
+		Producers:           c.Producers,
+		IdleEvents:          c.IdleEvents,
+		IdleInterval:        c.IdleInterval,
+		ProducerConcurrency: c.ProducerConc,
+		ProducerDuration:    c.ProducerDur,
+		DrainWait:           c.DrainWait,
+		Logger:              c.logger(stderr),
+	}
+}
+
+// Run prints the machine, runs the benchmark, and prints and appends
+// whatever results it got, even when a workload failed.
+func (c *BenchCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
+	cfg := c.config(stderr)
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	started := time.Now()
+	machine, err := bench.Probe(ctx, cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := bench.WriteMachine(stdout, machine, cfg); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	results, runErr := bench.Run(ctx, cfg)
+	if len(results) == 0 {
+		return runErr
+	}
+	ratios := bench.ComputeRatios(results)
+	errs := []error{runErr, bench.WriteTable(stdout, results), bench.WriteRatios(stdout, ratios)}
+	if c.JSON != "" {
+		errs = append(errs, bench.AppendJSON(c.JSON, started, machine, cfg, results, ratios))
+	}
+	return errors.Join(errs...)
+}
+
+// NaiveRelayCmd runs the naive poller the benchmark compares the relay
+// with (hidden: it is not for production).
+type NaiveRelayCmd struct {
+	DatabaseFlags
+	AMQPURL  string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL."`
+	Exchange string `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange every event is published to."`
+	LogFlags
+	Interval time.Duration `name:"interval" default:"1s" help:"Time between polls."`
+	Limit    int           `name:"limit" default:"50" help:"Most rows one poll takes."`
+}
+
+// Run polls until ctx ends.
+func (c *NaiveRelayCmd) Run(ctx context.Context, stderr io.Writer) error {
+	cfg := bench.NaiveConfig{
+		DatabaseURL: c.DatabaseURL,
+		AMQPURL:     c.AMQPURL,
+		Exchange:    c.Exchange,
+		Interval:    c.Interval,
+		Limit:       c.Limit,
+		Logger:      c.logger(stderr),
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	return bench.RunNaive(ctx, cfg)
+}

@@ -1,0 +1,144 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/bench"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// TestBenchRunsAtTinySize runs the whole benchmark at a size that proves
+// every workload and the report work, asserting correctness, never speed.
+func TestBenchRunsAtTinySize(t *testing.T) {
+	t.Parallel()
+	dbURL := testkit.NewDatabase(t)
+	schema := testkit.UniqueName("bench")
+	exchange := testkit.UniqueName("outboxrelay_bench")
+	jsonPath := filepath.Join(t.TempDir(), "bench.jsonl")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "bench",
+		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
+		"--schema="+schema, "--exchange="+exchange, "--json="+jsonPath,
+		"--drain-events=300", "--naive-drain-time=1s",
+		"--steady-rates=200", "--steady-duration=1s", "--producers=2",
+		"--idle-events=5", "--idle-interval=20ms",
+		"--producer-concurrency=1,2", "--producer-duration=500ms",
+		"--drain-wait=30s")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 45 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	t.Logf("bench output:\n%s", stdout.String())
+
+	require.Contains(t, stdout.String(), "workload")
+	require.Contains(t, stdout.String(), "cpu ms/1k (relay+pg)")
+	require.Contains(t, stdout.String(), "ratios")
+	require.Contains(t, stdout.String(), "drain relay/ceiling")
+	require.Contains(t, stdout.String(), "producer c=2 with/without trigger")
+
+	rows, machines, ratios := readBenchJSON(t, jsonPath)
+	require.Equal(t, 1, machines)
+	require.Equal(t, 1, ratios)
+	counts := map[[2]string]int{}
+	byRow := map[[2]string]bench.Result{}
+	for _, r := range rows {
+		key := [2]string{r.Workload, r.System}
+		counts[key]++
+		byRow[key] = r
+	}
+	require.Equal(t, map[[2]string]int{
+		{"drain", "relay"}: 1, {"drain", "naive"}: 1, {"drain", "ceiling"}: 1,
+		{"steady", "relay"}: 1, {"steady", "naive"}: 1,
+		{"idle", "relay"}: 1, {"idle", "naive"}: 1,
+		{"producer", "relay"}: 4,
+	}, counts)
+
+	drain := byRow[[2]string{"drain", "relay"}]
+	require.NotNil(t, drain.Lost)
+	require.Zero(t, *drain.Lost, "drain lost events")
+	require.Zero(t, drain.Duplicates, "drain duplicates")
+	require.EqualValues(t, 300, drain.Events)
+	require.Positive(t, drain.Rate)
+	require.NotNil(t, drain.Cost)
+	for _, w := range []string{"steady", "idle"} {
+		r := byRow[[2]string{w, "relay"}]
+		require.NotNil(t, r.Lost, w)
+		require.Zero(t, *r.Lost, w)
+		require.Zero(t, r.Duplicates, w)
+		require.Positive(t, r.Rate, w)
+		require.NotNil(t, r.Latency, w)
+		for _, v := range []float64{r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max} {
+			require.Positive(t, v, "%s latency %+v", w, *r.Latency)
+		}
+	}
+	for _, r := range rows {
+		if r.Workload == "producer" {
+			require.Positive(t, r.Rate, "producer c=%d trigger=%v", r.Concurrency, *r.Trigger)
+		}
+	}
+
+	pool := testkit.NewPool(t, dbURL)
+	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema), "schema dropped")
+	require.True(t, exchangeGone(t, exchange), "exchange deleted")
+}
+
+// readBenchJSON parses the JSON lines of one bench run: its result rows and
+// how many machine and ratios lines it has.
+func readBenchJSON(t *testing.T, path string) (rows []bench.Result, machines, ratios int) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var line struct {
+			Run     string          `json:"run"`
+			Machine json.RawMessage `json:"machine"`
+			Ratios  json.RawMessage `json:"ratios"`
+			bench.Result
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &line), sc.Text())
+		require.NotEmpty(t, line.Run, sc.Text())
+		switch {
+		case line.Machine != nil:
+			machines++
+		case line.Ratios != nil:
+			ratios++
+		default:
+			rows = append(rows, line.Result)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return rows, machines, ratios
+}
+
+// exchangeGone reports whether RabbitMQ no longer knows the exchange.
+func exchangeGone(t *testing.T, name string) bool {
+	t.Helper()
+	conn, err := amqp.Dial(testkit.AMQPURL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	err = ch.ExchangeDeclarePassive(name, amqp.ExchangeTopic, true, false, false, false, nil)
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.NotFound
+}
