@@ -2,31 +2,127 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync"
 	"time"
 )
 
-// writeDeadlineConn bounds every write: amqp091 writes are not
-// context-aware, so a socket the broker stopped reading (a resource alarm,
-// a silent network partition) would otherwise block a publishing
-// goroutine, and every other one behind the connection's write lock,
-// forever. A write that times out makes amqp091 shut the connection down,
-// and Run reconnects.
-type writeDeadlineConn struct {
+// maxPending bounds what coalescingConn holds unwritten; a Write beyond it
+// waits for the socket.
+const maxPending = 1 << 20
+
+// coalescingConn is the broker connection under amqp091. It does two things
+// amqp091 does not:
+//
+//   - It coalesces writes. amqp091 flushes every publish to the socket, one
+//     system call and one TCP segment per message. Here Write only appends
+//     to a buffer, and one goroutine writes whatever has accumulated: a
+//     lone publish goes out at once, a batch goes out in a few large writes,
+//     which costs both the relay and RabbitMQ far less CPU.
+//   - It bounds every write: amqp091 writes are not context-aware, so a
+//     socket the broker stopped reading (a resource alarm, a silent network
+//     partition) would otherwise block a publishing goroutine, and every
+//     other one behind the connection's write lock, forever. A write that
+//     times out closes the connection; amqp091 then shuts down, and Run
+//     reconnects.
+type coalescingConn struct {
 	net.Conn
 	timeout time.Duration
+
+	mu      sync.Mutex
+	room    *sync.Cond // signalled when pending shrinks or err is set
+	pending []byte
+	err     error // sticky: the first write error, or net.ErrClosed
+	kick    chan struct{}
+	done    chan struct{} // closed when the writer goroutine returns
 }
 
-func (c *writeDeadlineConn) Write(b []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+func newCoalescingConn(conn net.Conn, timeout time.Duration) *coalescingConn {
+	c := &coalescingConn{Conn: conn, timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	c.room = sync.NewCond(&c.mu)
+	go c.writer()
+	return c
+}
+
+// Write queues b for the writer goroutine. It reports an error the writer
+// met earlier, so amqp091 learns of a dead socket on its next write at the
+// latest.
+func (c *coalescingConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	for c.err == nil && len(c.pending) > 0 && len(c.pending)+len(b) > maxPending {
+		c.room.Wait()
+	}
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
 		return 0, err
 	}
-	return c.Conn.Write(b)
+	c.pending = append(c.pending, b...)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return len(b), nil
+}
+
+func (c *coalescingConn) writer() {
+	defer close(c.done)
+	var out []byte
+	for range c.kick {
+		c.mu.Lock()
+		out, c.pending = c.pending, out[:0]
+		err := c.err
+		c.room.Broadcast()
+		c.mu.Unlock()
+		if err != nil {
+			return
+		}
+		if len(out) == 0 {
+			continue
+		}
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err == nil {
+			_, err = c.Conn.Write(out)
+			if err == nil {
+				continue
+			}
+		}
+		c.fail(err)
+		c.Conn.Close()
+		return
+	}
+}
+
+func (c *coalescingConn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.room.Broadcast()
+	c.mu.Unlock()
+}
+
+// Close closes the socket at once, dropping anything unwritten (amqp091
+// closes only after its close handshake or once the connection is dead),
+// and stops the writer goroutine.
+func (c *coalescingConn) Close() error {
+	c.fail(net.ErrClosed)
+	err := c.Conn.Close()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	<-c.done
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }
 
 // dialer returns an amqp.Config.Dial function: TCP under DialTimeout and
 // ctx, a deadline over the TLS and AMQP handshakes (amqp091 clears it once
-// the connection is open), and bounded writes.
+// the connection is open), then coalesced, bounded writes.
 func (p *Publisher) dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: p.cfg.DialTimeout}
@@ -38,6 +134,6 @@ func (p *Publisher) dialer(ctx context.Context) func(network, addr string) (net.
 			conn.Close()
 			return nil, err
 		}
-		return &writeDeadlineConn{Conn: conn, timeout: p.cfg.ConfirmTimeout}, nil
+		return newCoalescingConn(conn, p.cfg.ConfirmTimeout), nil
 	}
 }

@@ -132,7 +132,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	parts.Go(func() { fail("publisher", r.pub.Run(partsCtx)) })
 	if r.listener != nil {
 		parts.Go(func() { fail("listener", r.listener.Run(partsCtx)) })
-		parts.Go(func() { r.forwardWakeups(partsCtx) })
 	}
 
 	var loops sync.WaitGroup
@@ -154,17 +153,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.logSummary()
 	r.log.Info("relay stopped")
 	return firstErr
-}
-
-func (r *Relay) forwardWakeups(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.listener.C():
-			r.poke()
-		}
-	}
 }
 
 // poll wakes the workers at start and then every PollInterval ±10%, so
@@ -236,11 +224,18 @@ func (r *Relay) wakeAfter(ctx context.Context, d time.Duration) {
 }
 
 func (r *Relay) work(ctx, drainCtx context.Context) {
+	// A notification wakes a worker directly: one goroutine hand-off less
+	// on the idle path.
+	var notified <-chan struct{}
+	if r.listener != nil {
+		notified = r.listener.C()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
+		case <-notified:
 		}
 		r.pass(ctx, drainCtx)
 	}
