@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -252,6 +253,67 @@ func TestClaimPlanStaysOnTheIndex(t *testing.T) {
 	require.NotContains(t, plan.String(), "Seq Scan", plan.String())
 }
 
+// The case the benchmark found: rows published one by one since the last
+// vacuum leave dead entries in the pending index. A bitmap scan (what the
+// planner picks here without ConfigurePool) reads all of them on every
+// claim; the ordered index scan marks them dead once and then skips them.
+func TestClaimSkipsDeadIndexEntriesOfPublishedRows(t *testing.T) {
+	t.Parallel()
+	url, setup := testkit.NewOutbox(t)
+	testkit.Exec(t, setup, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
+	testkit.InsertEvents(t, setup, 5000)
+	testkit.Exec(t, setup, `DO $$
+		BEGIN
+			FOR i IN 1..5000 LOOP
+				UPDATE outbox SET status = 'published', published_at = now() WHERE id = i;
+				COMMIT;
+			END LOOP;
+		END $$`)
+	testkit.InsertEvents(t, setup, 1)
+
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	claim.Config{}.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	explain := func() string {
+		var plan strings.Builder
+		rows, err := pool.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{})
+		require.NoError(t, err)
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err())
+		return plan.String()
+	}
+	first := explain()
+	require.Contains(t, first, "Index Scan using outbox_pending_idx", first)
+	require.NotContains(t, first, "Bitmap", first)
+	second := explain()
+	require.Less(t, buffers(t, second), buffers(t, first)/4,
+		"the second claim still read the published rows' dead index entries:\n%s\nfirst:\n%s", second, first)
+}
+
+// buffers is the top line's shared buffer count of an EXPLAIN (BUFFERS).
+func buffers(t *testing.T, plan string) int {
+	t.Helper()
+	_, rest, ok := strings.Cut(plan, "Buffers: shared hit=")
+	require.True(t, ok, plan)
+	n := 0
+	for _, r := range rest {
+		if r < '0' || r > '9' {
+			break
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n
+}
+
 func TestQuotedIdentifiersCannotInjectSQL(t *testing.T) {
 	t.Parallel()
 	_, pool := testkit.NewOutbox(t)
@@ -330,4 +392,61 @@ func TestCheckNamesWhatIsMissing(t *testing.T) {
 	s, err = claim.New(pool, claim.Config{Columns: claim.Columns{EventID: "uuid"}})
 	require.NoError(t, err)
 	require.ErrorContains(t, s.Check(context.Background()), `column "uuid" does not exist`)
+}
+
+// pgx prepares each statement once per connection and PostgreSQL soon runs
+// a cached generic plan. Planned while the outbox was empty, the mark used
+// to become a sequential scan repeated over the growing table. Forced to the
+// generic plan, planned on an empty table and run again after 20,000 inserts
+// with no ANALYZE in between, every statement must still walk an index.
+func TestGenericPlansStayOnIndexes(t *testing.T) {
+	t.Parallel()
+	url, setup := testkit.NewOutbox(t)
+	testkit.Exec(t, setup, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	claim.Config{}.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	const lease = "'00000000-0000-4000-8000-000000000000'"
+	args := map[string]string{
+		"claim":            "500, 30000, " + lease,
+		"mark_published":   "'{1,2,3}'",
+		"release":          "'{1,2}', " + lease,
+		"retry":            "'{1}', '{pending}', '{1000}', '{boom}', " + lease,
+		"delete_published": "86400000, 1000",
+	}
+	for name, a := range args {
+		_, err := conn.Conn().Prepare(ctx, name, claim.Statements(s)[name])
+		require.NoError(t, err, name)
+		// The first run plans and caches the generic plan, on the empty table.
+		_, err = conn.Exec(ctx, "EXECUTE "+name+"("+a+")")
+		require.NoError(t, err, name)
+	}
+	testkit.InsertEvents(t, setup, 20000)
+	testkit.Exec(t, setup, `UPDATE outbox SET status = 'published', published_at = now() - interval '2 days' WHERE id <= 10000`)
+
+	for name, a := range args {
+		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+a+")")
+		require.NoError(t, err, name)
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			require.NoError(t, rows.Scan(&line))
+			plan.WriteString(line + "\n")
+		}
+		require.NoError(t, rows.Err(), name)
+		require.NotContains(t, plan.String(), "Seq Scan", "%s:\n%s", name, plan.String())
+		require.NotContains(t, plan.String(), "Bitmap", "%s:\n%s", name, plan.String())
+	}
 }

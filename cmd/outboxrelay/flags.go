@@ -55,12 +55,17 @@ func redactURL(raw string) string {
 }
 
 // poolConfig parses DATABASE_URL for the relay's pool, with its own
-// application name and the settings the claim store needs
-// (claim.Config.ConfigurePool).
-func (f DatabaseFlags) poolConfig(store claim.Config) (*pgxpool.Config, error) {
+// application name, the settings the claim store needs
+// (claim.Config.ConfigurePool) and, unless pool_max_conns is given, a
+// connection for every worker plus two (the gate, cleanup and the
+// listener's heartbeat), so a claim never queues for a connection.
+func (f DatabaseFlags) poolConfig(store claim.Config, workers int) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(f.DatabaseURL)
 	if err != nil {
 		return nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
+	}
+	if !strings.Contains(f.DatabaseURL, "pool_max_conns") {
+		cfg.MaxConns = int32(max(workers+2, 4))
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "outboxrelay"
@@ -70,8 +75,8 @@ func (f DatabaseFlags) poolConfig(store claim.Config) (*pgxpool.Config, error) {
 }
 
 // connect opens the relay's pool and proves the database reachable.
-func (f DatabaseFlags) connect(ctx context.Context, store claim.Config) (*pgxpool.Pool, error) {
-	cfg, err := f.poolConfig(store)
+func (f DatabaseFlags) connect(ctx context.Context, store claim.Config, workers int) (*pgxpool.Pool, error) {
+	cfg, err := f.poolConfig(store, workers)
 	if err != nil {
 		return nil, err
 	}

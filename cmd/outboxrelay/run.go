@@ -154,7 +154,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	log := c.logger(stderr)
-	pool, err := c.connect(ctx, cc)
+	pool, err := c.connect(ctx, cc, c.Workers)
 	if err != nil {
 		return err
 	}
