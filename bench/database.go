@@ -20,6 +20,7 @@ const queryTimeout = 5 * time.Minute
 // with search_path set to the benchmark schema.
 type database struct {
 	pool   *pgxpool.Pool
+	lock   *pgx.Conn // holds the schema's advisory lock for the whole run
 	base   *url.URL
 	schema string
 	table  string // the outbox table, schema-qualified and quoted
@@ -51,11 +52,36 @@ func openDatabase(ctx context.Context, rawURL, schema string) (*database, error)
 		return nil, fmt.Errorf("PostgreSQL at %s: %w", redactURL(rawURL), err)
 	}
 	d.pool = pool
-	if err := d.prepareSchema(ctx); err != nil {
+	if err := d.lockSchema(connectCtx); err != nil {
 		pool.Close()
 		return nil, err
 	}
+	if err := d.prepareSchema(ctx); err != nil {
+		d.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// lockSchema takes a session advisory lock on the schema's name, so that a
+// second benchmark on the same schema fails at once instead of truncating
+// and dropping the outbox under the first.
+func (d *database) lockSchema(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, d.url("outboxrelay-bench-lock"))
+	if err != nil {
+		return fmt.Errorf("lock schema: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('outboxrelay bench ' || $1))`, d.schema).Scan(&ok); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return fmt.Errorf("lock schema: %w", err)
+	}
+	if !ok {
+		conn.Close(context.WithoutCancel(ctx))
+		return fmt.Errorf("schema %s: another outboxrelay bench is running on it; wait for it or pass another --schema", d.schema)
+	}
+	d.lock = conn
+	return nil
 }
 
 // schemaMark is the comment of a schema the benchmark created. The
@@ -114,7 +140,14 @@ func (d *database) url(applicationName string) string {
 }
 
 // Close closes the pool.
-func (d *database) Close() { d.pool.Close() }
+func (d *database) Close() {
+	d.pool.Close()
+	if d.lock != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.lock.Close(ctx)
+	}
+}
 
 func (d *database) exec(ctx context.Context, what, sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)

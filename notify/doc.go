@@ -32,4 +32,12 @@
 //     slower line of defence.
 //
 // Everything stops when Run's context is cancelled.
+//
+// Gate silences the trigger while the relay is busy claiming anyway:
+// PostgreSQL serializes the commits of transactions that sent NOTIFY, so a
+// notification per insert caps busy producers. Close makes the trigger skip
+// NOTIFY for a TTL; Open makes it notify again and then waits, on an
+// advisory lock the trigger holds shared, for every producer that may have
+// read the gate closed, so the claim that follows sees their events. The
+// trigger only tries that lock: producers never wait for a relay.
 package notify

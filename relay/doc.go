@@ -7,6 +7,12 @@
 // keeps claiming until a batch comes back short; a full batch wakes another
 // worker, so a backlog is drained by every worker at once.
 //
+// With a Config.Gate, the relay steers the trigger's notifications by the
+// insert rate it sees: above Config.BusyRate it closes the gate, so
+// producers stop paying for NOTIFY, and claims every BusyPollInterval;
+// below half of it, it opens the gate, waits out the producers that saw it
+// closed, and claims once more, so no wake-up is lost.
+//
 // A row is marked published only after RabbitMQ confirmed it and did not
 // return it. Failed rows go back on the claim store's retry schedule, or are
 // dead-lettered when they can never succeed. On shutdown the relay stops

@@ -142,3 +142,24 @@ func exchangeGone(t *testing.T, name string) bool {
 	var aerr *amqp.Error
 	return errors.As(err, &aerr) && aerr.Code == amqp.NotFound
 }
+
+// A second benchmark on a schema one is already using would truncate and
+// drop the outbox under it: it is refused before touching anything.
+func TestBenchRefusesASchemaAnotherBenchIsUsing(t *testing.T) {
+	t.Parallel()
+	dbURL := testkit.NewDatabase(t)
+	schema := testkit.UniqueName("bench")
+	pool := testkit.NewPool(t, dbURL)
+	conn, err := pool.Acquire(context.Background())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(context.Background(), `SELECT pg_advisory_lock(hashtext('outboxrelay bench ' || $1))`, schema)
+	require.NoError(t, err)
+
+	code, _, stderr := runOnce(t, []string{"PATH=" + os.Getenv("PATH")}, "bench",
+		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(), "--schema="+schema, "--json=")
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "another outboxrelay bench is running")
+	require.EqualValues(t, 0, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema),
+		"the refused benchmark created its schema")
+}
