@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -239,18 +240,10 @@ func TestClaimPlanStaysOnTheIndex(t *testing.T) {
 	tx, err := pool.Begin(context.Background())
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background())
-	rows, err := tx.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{})
-	require.NoError(t, err)
-	var plan strings.Builder
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan.WriteString(line + "\n")
-	}
-	require.NoError(t, rows.Err())
-	require.Contains(t, plan.String(), "outbox_pending_idx", plan.String())
-	require.NotContains(t, plan.String(), "Hash Join", plan.String())
-	require.NotContains(t, plan.String(), "Seq Scan", plan.String())
+	plan := planOf(t, tx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{})
+	require.Contains(t, plan, "outbox_pending_idx", plan)
+	require.NotContains(t, plan, "Hash Join", plan)
+	require.NotContains(t, plan, "Seq Scan", plan)
 }
 
 // The case the benchmark found: rows published one by one since the last
@@ -271,25 +264,9 @@ func TestClaimSkipsDeadIndexEntriesOfPublishedRows(t *testing.T) {
 		END $$`)
 	testkit.InsertEvents(t, setup, 1)
 
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	claim.Config{}.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s, err := claim.New(pool, claim.Config{})
-	require.NoError(t, err)
+	pool, s := relayStore(t, url)
 	explain := func() string {
-		var plan strings.Builder
-		rows, err := pool.Query(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{})
-		require.NoError(t, err)
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan.WriteString(line + "\n")
-		}
-		require.NoError(t, rows.Err())
-		return plan.String()
+		return planOf(t, pool, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{})
 	}
 	first := explain()
 	require.Contains(t, first, "Index Scan using outbox_pending_idx", first)
@@ -403,14 +380,7 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 	t.Parallel()
 	url, setup := testkit.NewOutbox(t)
 	testkit.Exec(t, setup, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	claim.Config{}.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s, err := claim.New(pool, claim.Config{})
-	require.NoError(t, err)
+	pool, s := relayStore(t, url)
 
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
@@ -437,16 +407,40 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 	testkit.Exec(t, setup, `UPDATE outbox SET status = 'published', published_at = now() - interval '2 days' WHERE id <= 10000`)
 
 	for name, a := range args {
-		rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+a+")")
-		require.NoError(t, err, name)
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan.WriteString(line + "\n")
-		}
-		require.NoError(t, rows.Err(), name)
-		require.NotContains(t, plan.String(), "Seq Scan", "%s:\n%s", name, plan.String())
-		require.NotContains(t, plan.String(), "Bitmap", "%s:\n%s", name, plan.String())
+		plan := planOf(t, conn, "EXPLAIN (COSTS OFF) EXECUTE "+name+"("+a+")")
+		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", name, plan)
+		require.NotContains(t, plan, "Bitmap", "%s:\n%s", name, plan)
 	}
+}
+
+// relayStore opens a pool on url configured as the relay's
+// (claim.Config.ConfigurePool) and a store on it.
+func relayStore(t *testing.T, url string) (*pgxpool.Pool, *claim.Store) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	claim.Config{}.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	return pool, s
+}
+
+// planOf runs an EXPLAIN and returns its lines.
+func planOf(t *testing.T, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), sql, args...)
+	require.NoError(t, err)
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan.WriteString(line + "\n")
+	}
+	require.NoError(t, rows.Err())
+	return plan.String()
 }

@@ -187,16 +187,23 @@ func TestProducerWithoutPrivilegesPassesTheGate(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 }
 
-// The lock class is written out in SQL in three places; they must agree.
-func TestGateLockClassMatchesTheTriggers(t *testing.T) {
+// The trigger function is written out twice, in the migration and in the
+// drop-in script, and the lock class a third time in Go: all must agree.
+func TestTriggerFunctionsAgreeWithTheGate(t *testing.T) {
 	class := strconv.Itoa(GateLockClass)
 	require.Contains(t, gateBarrierSQL, "("+class+",")
+	var bodies []string
 	for _, path := range []string{"../migrations/002_wakeup_gate.sql", "../sql/outboxrelay_install.sql"} {
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
-		require.True(t, strings.Contains(string(b), "pg_try_advisory_xact_lock_shared("+class+", hashtext(TG_ARGV[0]))"),
-			"%s does not take lock class %s", path, class)
+		_, body, ok := strings.Cut(string(b), "IF TG_NARGS > 1")
+		require.True(t, ok, "%s has no gated trigger function", path)
+		body, _, ok = strings.Cut(body, "PERFORM pg_notify(TG_ARGV[0], '');")
+		require.True(t, ok, path)
+		require.Contains(t, body, "pg_try_advisory_xact_lock_shared("+class+", hashtext(TG_ARGV[0]))", path)
+		bodies = append(bodies, strings.Join(strings.Fields(body), " "))
 	}
+	require.Equal(t, bodies[0], bodies[1], "the migration's and the drop-in's trigger functions differ")
 }
 
 func TestNewGateRejectsBadNames(t *testing.T) {

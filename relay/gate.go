@@ -92,8 +92,12 @@ func (r *Relay) steer(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			if !open {
-				// Leave the gate open for the relays that stay.
-				r.openGate(context.WithoutCancel(ctx))
+				// Leave the gate open for the relays that stay. Open sets the
+				// gate before it waits for producers, and a relay leaving
+				// need not wait: a short deadline keeps shutdown bounded.
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				r.openGate(stopCtx)
+				cancel()
 			}
 			return
 		case <-r.cfg.Clock.After(wait):

@@ -65,9 +65,7 @@ func TestBusyRelayClosesTheGateAndReopensItWhenIdle(t *testing.T) {
 	e.start(t, busyRelay())
 	stop := burst(t, e)
 	defer stop()
-	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		return testkit.QueryInt(t, e.pool, gateClosedSQL) == 1
-	})
+	waitGateClosed(t, e)
 	n := stop()
 	testkit.WaitFor(t, 30*time.Second, "the idle relay to open the gate", func() bool {
 		return testkit.QueryInt(t, e.pool, gateValueSQL) == 0
@@ -90,9 +88,7 @@ func TestSilentProducerCommittingAfterTheGateOpensIsNotLeftForThePoll(t *testing
 	e.start(t, busyRelay())
 	stop := burst(t, e)
 	defer stop()
-	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		return testkit.QueryInt(t, e.pool, gateClosedSQL) == 1
-	})
+	waitGateClosed(t, e)
 
 	ctx := context.Background()
 	producer, err := e.pool.Begin(ctx)
@@ -127,9 +123,7 @@ func TestStoppingBusyRelayLeavesTheGateOpen(t *testing.T) {
 	busy := e.start(t, busyRelay())
 	stop := burst(t, e)
 	defer stop()
-	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		return testkit.QueryInt(t, e.pool, gateClosedSQL) == 1
-	})
+	waitGateClosed(t, e)
 	require.NoError(t, busy.stop(t))
 	require.EqualValues(t, 0, testkit.QueryInt(t, e.pool, gateValueSQL), "the stopped relay left the gate closed")
 	n := stop()
@@ -142,4 +136,11 @@ func TestStoppingBusyRelayLeavesTheGateOpen(t *testing.T) {
 		seen.Add(e.queue.Receive(t, 1, 60*time.Second))
 	}
 	require.Equal(t, n+1, len(seen))
+}
+
+func waitGateClosed(t *testing.T, e *env) {
+	t.Helper()
+	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
+		return testkit.QueryInt(t, e.pool, gateClosedSQL) == 1
+	})
 }
