@@ -1,0 +1,65 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// A relay killed while it holds the gate closed leaves it to expire: the
+// next insert notifies again, and the relay that stays, whose fallback poll
+// is an hour away, delivers everything, the silent inserts included. (The
+// killed relay's leased rows become claimable when their lease expires;
+// finding those is the next wake-up's job, normally the fallback poll's.)
+func TestKilledBusyRelaysGateExpires(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+
+	busy := startRelay(t, relayEnv(dbURL, exchange), "--busy-rate=100", "--lease=3s", "--confirm-timeout=2s")
+	const gateClosed = `SELECT (pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000)::int`
+	inserted := 0
+	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
+		testkit.InsertEvents(t, pool, 50)
+		inserted += 50
+		return testkit.QueryInt(t, pool, gateClosed) == 1
+	})
+	busy.kill()
+	testkit.InsertEvents(t, pool, 20) // silent: the gate is still closed
+	inserted += 20
+	require.EqualValues(t, 1, testkit.QueryInt(t, pool, gateClosed), "the gate expired before the silent inserts")
+
+	startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--busy-rate=1000000")
+	testkit.WaitFor(t, 30*time.Second, "the dead relay's gate and leases to expire", func() bool {
+		return testkit.QueryInt(t, pool, gateClosed) == 0 &&
+			testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending' AND available_at > now()`) == 0
+	})
+	testkit.InsertEvents(t, pool, 1) // notifies, and the claim it causes takes the silent ones too
+	inserted++
+	counter := testkit.Counter{}
+	collect(t, queue, counter, inserted, 60*time.Second)
+}
+
+// A schema from before the gate (no wakeup sequence) still works: the relay
+// says so once and producers notify on every insert.
+func TestRelayWithoutGateSequenceWarnsAndRelays(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	testkit.Exec(t, pool, `DROP SEQUENCE outbox_wakeup`)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+
+	p := startRelay(t, relayEnv(dbURL, exchange), "--no-migrate", "--poll-interval=1h")
+	testkit.WaitFor(t, 30*time.Second, "the relay to warn about the missing gate", func() bool {
+		return strings.Contains(p.out.String(), "no notification gate")
+	})
+	testkit.InsertEvents(t, pool, 10)
+	queue.Receive(t, 10, 30*time.Second)
+	p.stop()
+	require.Equal(t, 1, strings.Count(p.out.String(), "no notification gate"), p.out.String())
+}
