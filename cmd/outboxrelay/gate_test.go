@@ -1,10 +1,13 @@
 package main_test
 
 import (
+	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/testkit"
@@ -62,4 +65,51 @@ func TestRelayWithoutGateSequenceWarnsAndRelays(t *testing.T) {
 	queue.Receive(t, 10, 30*time.Second)
 	p.stop()
 	require.Equal(t, 1, strings.Count(p.out.String(), "no notification gate"), p.out.String())
+}
+
+// The relay runs under the role sql/outboxrelay_role.sql creates: no DDL,
+// no INSERT, and still every statement it needs, the gate's included.
+func TestRelayRunsAsLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	role := testkit.UniqueName("relay_role")
+	t.Cleanup(func() {
+		testkit.Exec(t, pool, `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
+		testkit.Exec(t, pool, `DROP ROLE `+pgx.Identifier{role}.Sanitize())
+	})
+	psql(t, dbURL, "-v", "role="+role, "-f", "../../sql/outboxrelay_role.sql")
+	psql(t, dbURL, "-v", "role="+role, "-f", "../../sql/outboxrelay_role.sql") // idempotent
+	for _, check := range []string{
+		`SELECT has_table_privilege($1, 'outbox', 'INSERT')`,
+		`SELECT has_schema_privilege($1, 'public', 'CREATE')`,
+		`SELECT has_database_privilege($1, current_database(), 'CREATE')`,
+		`SELECT has_table_privilege($1, 'outboxrelay_schema_version', 'SELECT')`,
+	} {
+		var allowed bool
+		require.NoError(t, pool.QueryRow(context.Background(), check, role).Scan(&allowed))
+		require.False(t, allowed, check)
+	}
+
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	p := startRelay(t, relayEnv(u.String(), exchange), "--no-migrate", "--busy-rate=100", "--poll-interval=1h")
+
+	const gateClosed = `SELECT (pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000)::int`
+	inserted := 0
+	testkit.WaitFor(t, 30*time.Second, "the relay, as the role, to close the gate", func() bool {
+		testkit.InsertEvents(t, pool, 50)
+		inserted += 50
+		return testkit.QueryInt(t, pool, gateClosed) == 1
+	})
+	counter := testkit.Counter{}
+	collect(t, queue, counter, inserted, 60*time.Second)
+	testkit.WaitFor(t, 30*time.Second, "every event marked published", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published'`) == int64(inserted)
+	})
+	p.stop()
+	require.NotContains(t, p.out.String(), "permission denied", p.out.String())
+	require.NotContains(t, p.out.String(), `"level":"WARN"`, p.out.String())
 }
