@@ -26,6 +26,7 @@ import (
 type RunCmd struct {
 	DatabaseFlags
 	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest)."`
+	AMQPTLS
 	LogFlags
 
 	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
@@ -112,7 +113,12 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	if err := cc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
 	}
+	tlsConfig, err := c.AMQPTLS.config(c.AMQPURL)
+	if err != nil {
+		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+	}
 	pc := publish.Config{
+		TLS:            tlsConfig,
 		URL:            c.AMQPURL,
 		Exchange:       c.Exchange,
 		SkipDeclare:    !c.DeclareExch,

@@ -1,0 +1,72 @@
+package main_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// amqpsURL is the test broker's URL through a TLS proxy.
+func amqpsURL(t *testing.T) (*testkit.TLSProxy, string) {
+	t.Helper()
+	u, err := url.Parse(testkit.AMQPURL())
+	require.NoError(t, err)
+	proxy := testkit.NewTLSProxy(t, u.Host)
+	u.Scheme, u.Host = "amqps", proxy.Addr
+	return proxy, u.String()
+}
+
+// The relay reaches RabbitMQ over amqps:// with the CA, client certificate
+// and key it is given: a real handshake, the real broker behind it.
+func TestRelayPublishesOverAMQPS(t *testing.T) {
+	t.Parallel()
+	proxy, amqps := amqpsURL(t)
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	p := startRelay(t, relayEnv(dbURL, exchange, "AMQP_URL="+amqps,
+		"AMQP_CA_FILE="+proxy.CAFile, "AMQP_CERT_FILE="+proxy.CertFile, "AMQP_KEY_FILE="+proxy.KeyFile))
+	testkit.InsertEvents(t, pool, 20)
+	queue.Receive(t, 20, 30*time.Second)
+	p.stop()
+	require.Contains(t, p.out.String(), "amqps://guest:xxxxx@")
+}
+
+// TLS that cannot work stops the relay at start-up with exit code 2 and a
+// line naming what is wrong; nothing is claimed.
+func TestBadTLSSettingsFailAtStartUp(t *testing.T) {
+	t.Parallel()
+	proxy, amqps := amqpsURL(t)
+	dbURL, pool := testkit.NewOutbox(t)
+	testkit.InsertEvents(t, pool, 5)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"server signed by another CA", []string{"AMQP_CA_FILE=" + proxy.OtherCAFile, "AMQP_CERT_FILE=" + proxy.CertFile, "AMQP_KEY_FILE=" + proxy.KeyFile}, "certificate"},
+		{"no client certificate", []string{"AMQP_CA_FILE=" + proxy.CAFile}, "RabbitMQ"},
+		{"CA file missing", []string{"AMQP_CA_FILE=/nonexistent/ca.pem"}, "--amqp-ca"},
+		{"certificate without key", []string{"AMQP_CA_FILE=" + proxy.CAFile, "AMQP_CERT_FILE=" + proxy.CertFile}, "--amqp-key"},
+		{"CA file holds no certificate", []string{"AMQP_CA_FILE=" + proxy.KeyFile}, "no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := relayEnv(dbURL, "unused", append([]string{"AMQP_URL=" + amqps}, tc.env...)...)
+			code, _, stderr := runOnce(t, env, "--no-migrate")
+			require.Equal(t, 2, code, stderr)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			last := lines[len(lines)-1]
+			require.True(t, strings.HasPrefix(last, "outboxrelay: "), last)
+			require.Contains(t, last, tc.want)
+		})
+	}
+	code, _, stderr := runOnce(t, relayEnv(dbURL, "unused", "AMQP_CA_FILE="+proxy.CAFile), "--no-migrate")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "need an amqps:// URL")
+	require.EqualValues(t, 5, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE attempts = 0 AND lease_id IS NULL`))
+}
