@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.LeakOptions()...)
 }
 
 // start dials a publisher with cfg (URL and Exchange default to the test

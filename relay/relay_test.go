@@ -23,7 +23,7 @@ import (
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
 
 // env is one test's outbox database, exchange and consumer queue.
 type env struct {
