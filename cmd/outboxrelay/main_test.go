@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,4 +214,38 @@ func TestMigrationsTwiceAndConcurrently(t *testing.T) {
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'`))
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify'`))
 	require.Equal(t, int64(3), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox'`))
+}
+
+// SIGTERM while the relay is still connecting is the shutdown asked for:
+// exit code 0, not a start-up failure. The database here accepts the
+// connection and never answers.
+func TestSIGTERMDuringStartUpExitsCleanly(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	p := testkit.StartProcess(t, binary, relayEnv("postgres://postgres@"+ln.Addr().String()+"/db?connect_timeout=60", "unused"))
+	var conn net.Conn
+	select {
+	case conn = <-accepted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay never connected")
+	}
+	defer conn.Close()
+	p.Stop(30 * time.Second)
+	require.Contains(t, p.Out.String(), "stopped during start-up")
 }
