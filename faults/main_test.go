@@ -1,0 +1,122 @@
+//go:build faults
+
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// binary is the outboxrelay command the scenarios run, built once without
+// the race detector (the main suite runs the relay under it) so that a
+// drain takes seconds.
+var binary string
+
+// seed makes every random choice of the suite; FAULTS_SEED replays a run.
+var seed uint64
+
+func TestMain(m *testing.M) {
+	seed = uint64(time.Now().UnixNano())
+	if s := os.Getenv("FAULTS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAULTS_SEED:", err)
+			os.Exit(2)
+		}
+		seed = v
+	}
+	fmt.Printf("faults: seed %d (replay with FAULTS_SEED=%d)\n", seed, seed)
+	dir, err := os.MkdirTemp("", "outboxrelay-faults")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "outboxrelay")
+	build := exec.Command("go", "build", "-o", binary, "../cmd/outboxrelay")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build outboxrelay:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	printReport()
+	if code == 0 {
+		if err := goleak.Find(testkit.LeakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// rng returns the scenario's random source, derived from the suite's seed
+// and the scenario's name so that scenarios replay independently.
+func rng(t *testing.T) *rand.Rand {
+	var h uint64 = 14695981039346656037
+	for _, c := range []byte(t.Name()) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return rand.New(rand.NewPCG(seed, h))
+}
+
+// outcome is what one scenario observed over all its runs.
+type outcome struct {
+	Scenario   string
+	Runs       int
+	Committed  int
+	Delivered  int // distinct events
+	Lost       int
+	Duplicated int
+	Recovery   []time.Duration // per fault: from the fault to the last event delivered
+}
+
+var (
+	reportMu sync.Mutex
+	report   []outcome
+)
+
+func record(o outcome) {
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	report = append(report, o)
+}
+
+// printReport prints every scenario's outcome as a table, the figures
+// RELIABILITY.md quotes.
+func printReport() {
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	if len(report) == 0 {
+		return
+	}
+	sort.Slice(report, func(i, j int) bool { return report[i].Scenario < report[j].Scenario })
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "scenario\truns\tcommitted\tdelivered\tlost\tduplicated\trecovery max\trecovery median\t")
+	for _, o := range report {
+		max, median := "-", "-"
+		if len(o.Recovery) > 0 {
+			r := append([]time.Duration(nil), o.Recovery...)
+			sort.Slice(r, func(i, j int) bool { return r[i] < r[j] })
+			max, median = r[len(r)-1].Round(time.Millisecond).String(), r[len(r)/2].Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", o.Scenario, o.Runs, o.Committed, o.Delivered, o.Lost, o.Duplicated, max, median)
+	}
+	w.Flush()
+	fmt.Printf("faults: seed %d\n%s", seed, b.String())
+}
