@@ -34,18 +34,9 @@ func TestKillDuringDrain(t *testing.T) {
 		killed := time.Now()
 
 		p = w.relay(crashArgs...)
-		w.count.waitDistinct(t, tag, drainEvents, 2*time.Minute)
-		testkit.WaitFor(t, time.Minute, "every event marked published", func() bool { return w.published(tag) == drainEvents })
+		t.Logf("run %d: killed after %d deliveries", run, at)
+		w.settle(&o, tag, drainEvents, killed)
 		p.Stop(time.Minute)
-		distinct, dups, last := w.count.stats(tag)
-		t.Logf("run %d: killed after %d deliveries; %d delivered, %d duplicates, recovered in %s",
-			run, at, distinct, dups, last.Sub(killed).Round(time.Millisecond))
-		o.Runs++
-		o.Committed += drainEvents
-		o.Delivered += distinct
-		o.Lost += drainEvents - distinct
-		o.Duplicated += dups
-		o.Recovery = append(o.Recovery, last.Sub(killed))
 	}
 	record(o)
 	require.Zero(t, o.Lost)
@@ -68,20 +59,39 @@ func TestTermDuringDrain(t *testing.T) {
 		p.Stop(time.Minute)
 
 		p = w.relay(crashArgs...)
-		w.count.waitDistinct(t, tag, drainEvents, 2*time.Minute)
-		testkit.WaitFor(t, time.Minute, "every event marked published", func() bool { return w.published(tag) == drainEvents })
+		t.Logf("run %d: stopped after %d deliveries", run, at)
+		w.settle(&o, tag, drainEvents, stopped)
 		p.Stop(time.Minute)
-		distinct, dups, last := w.count.stats(tag)
-		t.Logf("run %d: stopped after %d deliveries; %d delivered, %d duplicates, recovered in %s",
-			run, at, distinct, dups, last.Sub(stopped).Round(time.Millisecond))
-		o.Runs++
-		o.Committed += drainEvents
-		o.Delivered += distinct
-		o.Lost += drainEvents - distinct
-		o.Duplicated += dups
-		o.Recovery = append(o.Recovery, last.Sub(stopped))
 	}
 	record(o)
 	require.Zero(t, o.Lost)
 	require.Zero(t, o.Duplicated, "a graceful stop must not cause duplicates")
+}
+
+// Scenario 3: three relays share the table; one of them, picked at random,
+// is killed and restarted every few thousand deliveries of 50,000.
+func TestOneOfThreeRelaysKilledRepeatedly(t *testing.T) {
+	w := newWorld(t)
+	r := rng(t)
+	o := outcome{Scenario: "3 one of three relays killed repeatedly"}
+	const tag = "three"
+	w.insert(tag, drainEvents)
+	relays := []*testkit.Process{w.relay(crashArgs...), w.relay(crashArgs...), w.relay(crashArgs...)}
+	var lastKill time.Time
+	for next := 2000 + r.IntN(3000); next < drainEvents-2000; next += 3000 + r.IntN(4000) {
+		w.count.waitDistinct(t, tag, next, 2*time.Minute)
+		i := r.IntN(len(relays))
+		relays[i].Kill()
+		lastKill = time.Now()
+		relays[i] = w.relay(crashArgs...)
+		o.Runs++
+	}
+	runs := o.Runs
+	w.settle(&o, tag, drainEvents, lastKill)
+	o.Runs = runs
+	for _, p := range relays {
+		p.Stop(time.Minute)
+	}
+	record(o)
+	require.Zero(t, o.Lost)
 }

@@ -34,14 +34,37 @@ func newWorld(t *testing.T) *world {
 // relay starts an outboxrelay process on the world with extra arguments.
 func (w *world) relay(args ...string) *testkit.Process {
 	w.t.Helper()
+	return w.relayVia(testkit.AMQPURL(), args...)
+}
+
+// relayVia starts a relay that reaches RabbitMQ at amqpURL (a proxy).
+func (w *world) relayVia(amqpURL string, args ...string) *testkit.Process {
+	w.t.Helper()
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"DATABASE_URL=" + w.url,
-		"AMQP_URL=" + testkit.AMQPURL(),
+		"AMQP_URL=" + amqpURL,
 		"OUTBOX_EXCHANGE=" + w.exchange,
 		"OUTBOX_LOG_FORMAT=json",
 	}
 	return testkit.StartProcess(w.t, binary, env, append([]string{"run", "--no-migrate"}, args...)...)
+}
+
+// settle waits until every event of tag is delivered and marked, and adds
+// the run to o; fault is when the run's fault began.
+func (w *world) settle(o *outcome, tag string, n int, fault time.Time) {
+	w.t.Helper()
+	w.count.waitDistinct(w.t, tag, n, 3*time.Minute)
+	testkit.WaitFor(w.t, 2*time.Minute, tag+": every event marked published", func() bool { return w.published(tag) == n })
+	distinct, dups, last := w.count.stats(tag)
+	w.t.Logf("%s: %d committed, %d delivered, %d duplicates, last delivery %s after the fault",
+		tag, n, distinct, dups, last.Sub(fault).Round(time.Millisecond))
+	o.Runs++
+	o.Committed += n
+	o.Delivered += distinct
+	o.Lost += n - distinct
+	o.Duplicated += dups
+	o.Recovery = append(o.Recovery, last.Sub(fault))
 }
 
 // insert commits n events of type tag in one statement.
@@ -52,9 +75,50 @@ func (w *world) insert(tag string, n int) {
 		FROM generate_series(1, $2) AS i`, tag, n)
 }
 
-// published is how many events of type tag are marked published.
+// stream commits total events of type tag in transactions of 50, one every
+// 10 ms (5,000 events/s), in the background, so that faults strike while
+// events flow rather than after the relay has published a backlog. wait
+// returns once all are committed. Inserts that fail while the database
+// restarts are retried: an event counts once committed.
+func (w *world) stream(tag string, total int) (wait func()) {
+	w.t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for sent := 0; sent < total; {
+			<-tick.C
+			n := min(50, total-sent)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := w.pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+				SELECT 'order', (i % 97)::text, $1, jsonb_build_object('n', i)
+				FROM generate_series($2::int, $3::int) AS i`, tag, sent+1, sent+n)
+			cancel()
+			if err == nil {
+				sent += n
+			}
+		}
+	}()
+	return func() {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			w.t.Fatalf("%s: the producer did not finish", tag)
+		}
+	}
+}
+
+// published is how many events of type tag are marked published, or -1
+// while the database cannot be asked (it may be restarting).
 func (w *world) published(tag string) int {
-	return int(testkit.QueryInt(w.t, w.pool, `SELECT count(*) FROM outbox WHERE event_type = $1 AND status = 'published'`, tag))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE event_type = $1 AND status = 'published'`, tag).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // counter counts deliveries by event type and message id, and when each
