@@ -85,6 +85,7 @@ func TestPoisonAndOddInput(t *testing.T) {
 	require.NotContains(t, p.Out.String(), "panic")
 	o.Committed += len(rows)
 	o.Delivered += deliveredOdd
+	o.DeadLettered += len(rows) - deliveredOdd
 	record(o)
 	require.Zero(t, o.Lost)
 }

@@ -82,7 +82,10 @@ type outcome struct {
 	Delivered  int // distinct events
 	Lost       int
 	Duplicated int
-	Recovery   []time.Duration // per fault: from the fault to the last event delivered
+	// DeadLettered are events that can never be published as they are,
+	// failed on purpose: not lost.
+	DeadLettered int
+	Recovery     []time.Duration // per fault: from the fault to the last event delivered
 }
 
 var (
@@ -107,7 +110,7 @@ func printReport() {
 	sort.Slice(report, func(i, j int) bool { return report[i].Scenario < report[j].Scenario })
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scenario\truns\tcommitted\tdelivered\tlost\tduplicated\trecovery max\trecovery median\t")
+	fmt.Fprintln(w, "scenario\truns\tcommitted\tdelivered\tdead-lettered\tlost\tduplicated\trecovery max\trecovery median\t")
 	for _, o := range report {
 		max, median := "-", "-"
 		if len(o.Recovery) > 0 {
@@ -115,7 +118,7 @@ func printReport() {
 			sort.Slice(r, func(i, j int) bool { return r[i] < r[j] })
 			max, median = r[len(r)-1].Round(time.Millisecond).String(), r[len(r)/2].Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", o.Scenario, o.Runs, o.Committed, o.Delivered, o.Lost, o.Duplicated, max, median)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", o.Scenario, o.Runs, o.Committed, o.Delivered, o.DeadLettered, o.Lost, o.Duplicated, max, median)
 	}
 	w.Flush()
 	fmt.Printf("faults: seed %d\n%s", seed, b.String())
