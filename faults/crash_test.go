@@ -18,27 +18,34 @@ var crashArgs = []string{"--lease=2s", "--confirm-timeout=1500ms", "--poll-inter
 
 const drainEvents = 50000
 
-// Scenario 1: the relay is killed with SIGKILL at a random point of a drain
-// of 50,000 events, then started again; every run must deliver every event.
-func TestKillDuringDrain(t *testing.T) {
+// faultDuringDrain plays runs drains of 50,000 events; in each, fault
+// strikes the relay at a random point, and a new relay finishes the drain.
+func faultDuringDrain(t *testing.T, o *outcome, name string, runs int, fault func(*testkit.Process)) {
 	w := newWorld(t)
 	r := rng(t)
-	o := outcome{Scenario: "1 SIGKILL during a drain"}
-	for run := range 20 {
-		tag := fmt.Sprintf("kill-%d", run)
+	for run := range runs {
+		tag := fmt.Sprintf("%s-%d", name, run)
 		w.insert(tag, drainEvents)
 		p := w.relay(crashArgs...)
 		at := r.IntN(drainEvents - 1000)
 		w.count.waitDistinct(t, tag, at, 2*time.Minute)
-		p.Kill()
-		killed := time.Now()
+		fault(p)
+		struck := time.Now()
 
 		p = w.relay(crashArgs...)
-		t.Logf("run %d: killed after %d deliveries", run, at)
-		w.settle(&o, tag, drainEvents, killed)
+		t.Logf("run %d: %s after %d deliveries", run, name, at)
+		w.settle(o, tag, drainEvents, struck)
 		p.Stop(time.Minute)
 	}
-	record(o)
+	record(*o)
+}
+
+// Scenario 1: the relay is killed with SIGKILL at a random point of a drain
+// of 50,000 events, then started again, 20 times; every run must deliver
+// every event.
+func TestKillDuringDrain(t *testing.T) {
+	o := outcome{Scenario: "1 SIGKILL during a drain"}
+	faultDuringDrain(t, &o, "kill", 20, (*testkit.Process).Kill)
 	require.Zero(t, o.Lost)
 }
 
@@ -46,24 +53,8 @@ func TestKillDuringDrain(t *testing.T) {
 // settles what is in flight and releases the rest, so after the restart no
 // event arrives twice.
 func TestTermDuringDrain(t *testing.T) {
-	w := newWorld(t)
-	r := rng(t)
 	o := outcome{Scenario: "2 SIGTERM during a drain"}
-	for run := range 10 {
-		tag := fmt.Sprintf("term-%d", run)
-		w.insert(tag, drainEvents)
-		p := w.relay(crashArgs...)
-		at := r.IntN(drainEvents - 1000)
-		w.count.waitDistinct(t, tag, at, 2*time.Minute)
-		stopped := time.Now()
-		p.Stop(time.Minute)
-
-		p = w.relay(crashArgs...)
-		t.Logf("run %d: stopped after %d deliveries", run, at)
-		w.settle(&o, tag, drainEvents, stopped)
-		p.Stop(time.Minute)
-	}
-	record(o)
+	faultDuringDrain(t, &o, "term", 10, func(p *testkit.Process) { p.Stop(time.Minute) })
 	require.Zero(t, o.Lost)
 	require.Zero(t, o.Duplicated, "a graceful stop must not cause duplicates")
 }
