@@ -32,7 +32,7 @@ func TestKilledBusyRelaysGateExpires(t *testing.T) {
 		inserted += 50
 		return testkit.QueryInt(t, pool, gateClosed) == 1
 	})
-	busy.kill()
+	busy.Kill()
 	testkit.InsertEvents(t, pool, 20) // silent: the gate is still closed
 	inserted += 20
 	require.EqualValues(t, 1, testkit.QueryInt(t, pool, gateClosed), "the gate expired before the silent inserts")
@@ -59,12 +59,12 @@ func TestRelayWithoutGateSequenceWarnsAndRelays(t *testing.T) {
 
 	p := startRelay(t, relayEnv(dbURL, exchange), "--no-migrate", "--poll-interval=1h")
 	testkit.WaitFor(t, 30*time.Second, "the relay to warn about the missing gate", func() bool {
-		return strings.Contains(p.out.String(), "no notification gate")
+		return strings.Contains(p.Out.String(), "no notification gate")
 	})
 	testkit.InsertEvents(t, pool, 10)
 	queue.Receive(t, 10, 30*time.Second)
-	p.stop()
-	require.Equal(t, 1, strings.Count(p.out.String(), "no notification gate"), p.out.String())
+	p.Stop(60 * time.Second)
+	require.Equal(t, 1, strings.Count(p.Out.String(), "no notification gate"), p.Out.String())
 }
 
 // The relay runs under the role sql/outboxrelay_role.sql creates: no DDL,
@@ -109,7 +109,7 @@ func TestRelayRunsAsLeastPrivilegeRole(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "every event marked published", func() bool {
 		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published'`) == int64(inserted)
 	})
-	p.stop()
-	require.NotContains(t, p.out.String(), "permission denied", p.out.String())
-	require.NotContains(t, p.out.String(), `"level":"WARN"`, p.out.String())
+	p.Stop(60 * time.Second)
+	require.NotContains(t, p.Out.String(), "permission denied", p.Out.String())
+	require.NotContains(t, p.Out.String(), `"level":"WARN"`, p.Out.String())
 }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,15 +49,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// process is a running outboxrelay.
-type process struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	out  *testkit.Buffer
-	done chan struct{}
-	err  error
-}
-
 // relayEnv is the environment a test's relay runs with: its database, the
 // local RabbitMQ, JSON logs, and quick polls.
 func relayEnv(databaseURL, exchange string, extra ...string) []string {
@@ -72,43 +62,10 @@ func relayEnv(databaseURL, exchange string, extra ...string) []string {
 	return append(env, extra...)
 }
 
-func startRelay(t *testing.T, env []string, args ...string) *process {
+// startRelay runs the outboxrelay binary as a real process.
+func startRelay(t *testing.T, env []string, args ...string) *testkit.Process {
 	t.Helper()
-	p := &process{t: t, cmd: exec.Command(binary, args...), out: &testkit.Buffer{}, done: make(chan struct{})}
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("relay output:\n%s", p.out.String())
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and requires a clean exit within 60s.
-func (p *process) stop() {
-	p.t.Helper()
-	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-		require.NoError(p.t, p.err, p.out.String())
-	case <-time.After(60 * time.Second):
-		p.t.Fatalf("relay did not stop within 60s after SIGTERM:\n%s", p.out.String())
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *process) kill() {
-	p.t.Helper()
-	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGKILL))
-	<-p.done
+	return testkit.StartProcess(t, binary, env, args...)
 }
 
 // runOnce runs the binary to completion and returns its exit code and output.

@@ -48,7 +48,7 @@ func TestKilledRelaysLeasesPassToAnotherRelay(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "relay A holds leases", func() bool {
 		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE lease_id IS NOT NULL AND available_at > now()`) > 0
 	})
-	a.kill()
+	a.Kill()
 	leased := testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE lease_id IS NOT NULL`)
 	require.Positive(t, leased)
 
@@ -60,7 +60,7 @@ func TestKilledRelaysLeasesPassToAnotherRelay(t *testing.T) {
 	})
 	require.Equal(t, leased, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE attempts >= 2`),
 		"the leased events were claimed again after their lease expired")
-	b.stop()
+	b.Stop(60 * time.Second)
 }
 
 // TestThreeRelaysDeliverEachEventOnce runs three relay processes on one table
@@ -72,7 +72,7 @@ func TestThreeRelaysDeliverEachEventOnce(t *testing.T) {
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
 	testkit.InsertEvents(t, pool, n/4)
-	relays := make([]*process, 3)
+	relays := make([]*testkit.Process, 3)
 	for i := range relays {
 		relays[i] = startRelay(t, relayEnv(dbURL, exchange), "--batch-size=100", "--workers=2")
 	}
@@ -95,7 +95,7 @@ func TestThreeRelaysDeliverEachEventOnce(t *testing.T) {
 		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published'`) == n
 	})
 	for _, r := range relays {
-		r.stop()
+		r.Stop(60 * time.Second)
 	}
 	counter.Add(queue.Drain(t, 30*time.Second))
 	require.Len(t, counter, n)
@@ -136,7 +136,7 @@ func TestDropInOnSeedTable(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "status PUBLISHED in the table's vocabulary", func() bool {
 		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox_events WHERE status = 'PUBLISHED'`) == 1001
 	})
-	r.stop()
+	r.Stop(60 * time.Second)
 
 	psql(t, dbURL, "-v", "table=outbox_events", "-f", "../../sql/outboxrelay_uninstall.sql")
 	psql(t, dbURL, "-v", "table=outbox_events", "-f", "../../sql/outboxrelay_uninstall.sql")

@@ -38,23 +38,23 @@ func TestPasswordsNeverReachTheLogs(t *testing.T) {
 	// Reconnect to RabbitMQ: its URL is logged again.
 	proxy.Cut()
 	testkit.WaitFor(t, 30*time.Second, "the relay to notice the broker is gone", func() bool {
-		return strings.Contains(p.out.String(), "connection lost") || strings.Contains(p.out.String(), "reconnect")
+		return strings.Contains(p.Out.String(), "connection lost") || strings.Contains(p.Out.String(), "reconnect")
 	})
 	proxy.Restore()
 	testkit.WaitFor(t, 60*time.Second, "the relay to reconnect to RabbitMQ", func() bool {
-		return strings.Contains(p.out.String(), `"msg":"reconnected"`)
+		return strings.Contains(p.Out.String(), `"msg":"reconnected"`)
 	})
 	// Reconnect to PostgreSQL: the listener's backend is terminated.
 	testkit.Exec(t, pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = $1 AND datname = current_database()`, notify.ApplicationName)
 	testkit.WaitFor(t, 60*time.Second, "the listener to reconnect", func() bool {
-		return strings.Contains(p.out.String(), "listener reconnected")
+		return strings.Contains(p.Out.String(), "listener reconnected")
 	})
 	testkit.InsertEvents(t, pool, 10)
 	queue.Receive(t, 10, 60*time.Second)
-	p.stop()
+	p.Stop(60 * time.Second)
 
-	logs := p.out.String()
+	logs := p.Out.String()
 	require.Contains(t, logs, "xxxxx", "the URLs are logged, redacted")
 	for _, secret := range []string{pgPassword, url.QueryEscape(pgPassword), "guest:guest", `"password":"guest"`, "password=guest"} {
 		require.NotContains(t, logs, secret)

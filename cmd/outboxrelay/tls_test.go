@@ -33,8 +33,8 @@ func TestRelayPublishesOverAMQPS(t *testing.T) {
 		"AMQP_CA_FILE="+proxy.CAFile, "AMQP_CERT_FILE="+proxy.CertFile, "AMQP_KEY_FILE="+proxy.KeyFile))
 	testkit.InsertEvents(t, pool, 20)
 	queue.Receive(t, 20, 30*time.Second)
-	p.stop()
-	require.Contains(t, p.out.String(), "amqps://guest:xxxxx@")
+	p.Stop(60 * time.Second)
+	require.Contains(t, p.Out.String(), "amqps://guest:xxxxx@")
 }
 
 // TLS that cannot work stops the relay at start-up with exit code 2 and a
