@@ -196,9 +196,16 @@ const maxScheduledRetries = 1024
 // wake-up.
 const retryResolution = 5 * time.Millisecond
 
+// add schedules a wake-up at or a little after at, never before: a claim
+// made before a retry's time would not see the row, and nothing would wake
+// the relay again until the fallback poll.
 func (s *retrySchedule) add(at time.Time) {
 	i, _ := slices.BinarySearchFunc(*s, at, time.Time.Compare)
-	if i < len(*s) && (*s)[i].Sub(at) < retryResolution || i > 0 && at.Sub((*s)[i-1]) < retryResolution {
+	if i < len(*s) && (*s)[i].Sub(at) < retryResolution {
+		return // the next wake-up comes soon after at: it covers both
+	}
+	if i > 0 && at.Sub((*s)[i-1]) < retryResolution {
+		(*s)[i-1] = at // the previous one would come too early: move it to at
 		return
 	}
 	if len(*s) < maxScheduledRetries {
