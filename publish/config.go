@@ -35,7 +35,9 @@ type Config struct {
 	// a channel, sending it and receiving every confirmation. Messages
 	// unconfirmed by then fail and their channel is discarded. It also
 	// bounds each socket write, so a stalled connection is torn down and
-	// reconnected. Default 15s.
+	// reconnected. Neither clock runs while the broker blocks the
+	// connection (a resource alarm): then a batch waits, and the
+	// connection is watched by its heartbeats alone. Default 15s.
 	ConfirmTimeout time.Duration
 	// MaxMessageSize is the largest body, in bytes, a message may have;
 	// larger ones fail with ErrInvalid before anything is sent. Default

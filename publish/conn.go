@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,18 +23,25 @@ const maxPending = 1 << 20
 //     lone publish goes out at once, a batch goes out in a few large writes,
 //     which costs both the relay and RabbitMQ far less CPU.
 //   - It bounds every write: amqp091 writes are not context-aware, so a
-//     socket the broker stopped reading (a resource alarm, a silent network
-//     partition) would otherwise block a publishing goroutine, and every
-//     other one behind the connection's write lock, forever. A write that
-//     times out closes the connection; amqp091 then shuts down, and Run
-//     reconnects.
+//     socket nobody reads (a silent network partition) would otherwise
+//     block a publishing goroutine, and every other one behind the
+//     connection's write lock, forever. A write that times out closes the
+//     connection; amqp091 then shuts down, and Run reconnects. The one
+//     exception is a connection the broker has blocked (a resource alarm):
+//     it stopped reading on purpose and will resume, so a stalled write
+//     keeps waiting, and closing the connection would only make it publish
+//     again what it was about to confirm. Such a connection is still
+//     watched: amqp091 drops it when the broker's heartbeats stop.
 type coalescingConn struct {
 	net.Conn
 	timeout time.Duration
+	// blocked is set while the broker blocks the connection.
+	blocked atomic.Bool
 
 	mu      sync.Mutex
 	room    *sync.Cond // signalled when pending shrinks or err is set
 	pending []byte
+	stalled int   // Writes waiting for room
 	err     error // sticky: the first write error, or net.ErrClosed
 	kick    chan struct{}
 	done    chan struct{} // closed when the writer goroutine returns
@@ -51,7 +60,9 @@ func newCoalescingConn(conn net.Conn, timeout time.Duration) *coalescingConn {
 func (c *coalescingConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	for c.err == nil && len(c.pending) > 0 && len(c.pending)+len(b) > maxPending {
+		c.stalled++
 		c.room.Wait()
+		c.stalled--
 	}
 	if c.err != nil {
 		err := c.err
@@ -79,18 +90,39 @@ func (c *coalescingConn) writer() {
 		if err != nil {
 			return
 		}
-		if len(out) == 0 {
-			continue
+		if err := c.write(out); err != nil {
+			c.fail(err)
+			c.Conn.Close()
+			return
 		}
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err == nil {
-			_, err = c.Conn.Write(out)
-			if err == nil {
-				continue
-			}
+	}
+}
+
+// write writes b under the write deadline, renewed for as long as the
+// broker blocks the connection.
+func (c *coalescingConn) write(b []byte) error {
+	for len(b) > 0 {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+			return err
 		}
-		c.fail(err)
-		c.Conn.Close()
-		return
+		n, err := c.Conn.Write(b)
+		b = b[n:]
+		if err != nil && !(errors.Is(err, os.ErrDeadlineExceeded) && c.blocked.Load()) {
+			return err
+		}
+	}
+	return nil
+}
+
+// abortStalled closes the connection if a Write is waiting for room: the
+// socket is not taking data, and whoever gave up on that Write cannot
+// interrupt it otherwise.
+func (c *coalescingConn) abortStalled() {
+	c.mu.Lock()
+	stalled := c.stalled > 0
+	c.mu.Unlock()
+	if stalled {
+		_ = c.Close()
 	}
 }
 
@@ -122,8 +154,9 @@ func (c *coalescingConn) Close() error {
 
 // dialer returns an amqp.Config.Dial function: TCP under DialTimeout and
 // ctx, a deadline over the TLS and AMQP handshakes (amqp091 clears it once
-// the connection is open), then coalesced, bounded writes.
-func (p *Publisher) dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
+// the connection is open), then coalesced, bounded writes. The connection
+// it made last is left in *wire.
+func (p *Publisher) dialer(ctx context.Context, wire **coalescingConn) func(network, addr string) (net.Conn, error) {
 	return func(network, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: p.cfg.DialTimeout}
 		conn, err := d.DialContext(ctx, network, addr)
@@ -134,6 +167,7 @@ func (p *Publisher) dialer(ctx context.Context) func(network, addr string) (net.
 			conn.Close()
 			return nil, err
 		}
-		return newCoalescingConn(conn, p.cfg.ConfirmTimeout), nil
+		*wire = newCoalescingConn(conn, p.cfg.ConfirmTimeout)
+		return *wire, nil
 	}
 }

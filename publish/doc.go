@@ -21,7 +21,10 @@
 // reconnects with jittered exponential backoff and re-declares the
 // exchange. WaitReady blocks while the publisher is disconnected or the
 // broker has blocked the connection (a memory or disk alarm); Publish does
-// not wait, it fails at once with ErrNotConnected.
+// not wait, it fails at once with ErrNotConnected. A batch already in
+// flight when the broker blocks the connection waits for the alarm to
+// clear rather than time out: its messages may already be in the broker's
+// hands, and failing them would only publish them twice.
 //
 // amqp091-go has no automatic reconnection of its own here (its
 // experimental recovery is left off): a lost connection takes its channels

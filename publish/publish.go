@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -16,8 +17,12 @@ import (
 // The whole batch is sent on one confirm channel borrowed from the pool,
 // then every confirmation is awaited. One deadline, ConfirmTimeout (or
 // ctx's, if sooner), covers the batch from the exchange checks to the last
-// confirmation, so a silently dead connection cannot hold Publish longer;
-// only a stalled socket write can, for up to ConfirmTimeout more.
+// confirmation, so a silently dead connection cannot hold Publish longer.
+// While the broker blocks the connection (a resource alarm) the deadline
+// stands still: the broker has stopped reading on purpose, and the batch
+// waits for its confirmations instead of failing and being published
+// twice. It restarts in full once the connection is unblocked. ctx ends
+// the wait at any time.
 //
 // A message fails on its own with ErrInvalid, ErrExchangeNotFound,
 // ErrReturned or ErrNacked; the others of the batch are unaffected. If the
@@ -40,13 +45,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		return errs
 	}
 
-	conn, gen, err := p.current()
+	conn, gen, wire, err := p.current()
 	if err != nil {
 		fail(errs, todo, err)
 		return errs
 	}
 	// One deadline for the whole batch: checks, channel, sending, confirms.
-	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.ConfirmTimeout, p.timeout)
+	ctx, cancel := p.batchContext(ctx, gen)
 	defer cancel()
 	todo = p.checkExchanges(ctx, conn, gen, exchanges, todo, errs)
 	if len(todo) == 0 {
@@ -57,7 +62,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		fail(errs, todo, err)
 		return errs
 	}
-	reusable := p.send(ctx, c, msgs, exchanges, todo, errs)
+	reusable := p.send(ctx, c, wire, msgs, exchanges, todo, errs)
 	p.release(c, reusable)
 	return errs
 }
@@ -68,19 +73,64 @@ func fail(errs []error, idx []int, err error) {
 	}
 }
 
-// current is the connection to publish on, or why there is none.
-func (p *Publisher) current() (*amqp.Connection, uint64, error) {
+// current is the connection to publish on, with its generation and
+// socket, or why there is none.
+func (p *Publisher) current() (*amqp.Connection, uint64, *coalescingConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.closed:
-		return nil, 0, ErrClosed
+		return nil, 0, nil, ErrClosed
 	case p.conn == nil:
-		return nil, 0, ErrNotConnected
+		return nil, 0, nil, ErrNotConnected
 	case p.isBlock:
-		return nil, 0, fmt.Errorf("%w: connection blocked by broker: %s", ErrNotConnected, p.blocked)
+		return nil, 0, nil, fmt.Errorf("%w: connection blocked by broker: %s", ErrNotConnected, p.blocked)
 	}
-	return p.conn, p.gen, nil
+	return p.conn, p.gen, p.wire, nil
+}
+
+// batchContext is ctx with a batch's deadline: ConfirmTimeout, counted
+// only while the broker does not block connection gen. A blocked
+// connection has stopped reading on purpose (a resource alarm); the
+// batch's confirmations come once the alarm clears, and giving up on them
+// would only publish the batch twice. The deadline starts afresh when the
+// broker unblocks the connection; a connection lost while blocked fails
+// the batch through its closed channel, and the caller's ctx still ends it
+// at any time.
+func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		timer := time.NewTimer(p.cfg.ConfirmTimeout)
+		defer timer.Stop()
+		wasBlocked := false
+		for {
+			p.mu.Lock()
+			blocked := p.isBlock && p.conn != nil && p.gen == gen
+			changed := p.changed
+			p.mu.Unlock()
+			switch {
+			case blocked && !wasBlocked:
+				timer.Stop()
+			case !blocked && wasBlocked:
+				timer.Reset(p.cfg.ConfirmTimeout)
+			}
+			wasBlocked = blocked
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-timer.C:
+				cancel(p.timeout)
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		cancel(context.Canceled)
+		<-done
+	}
 }
 
 // checkExchanges makes sure each exchange of the batch exists before
@@ -281,9 +331,27 @@ type pending struct {
 // (the batch deadline) ends, and fills errs. It reports whether c may take
 // another batch: no confirmation may still be outstanding on it, or a late
 // one could be taken for the next batch's.
-func (p *Publisher) send(ctx context.Context, c *channel, msgs []Message, exchanges []string, todo []int, errs []error) bool {
+func (p *Publisher) send(ctx context.Context, c *channel, wire *coalescingConn, msgs []Message, exchanges []string, todo []int, errs []error) bool {
 	sent := make([]pending, 0, len(todo))
 	var sendErr error
+	// amqp091 cannot interrupt a publish waiting for the socket: if ctx
+	// ends while one does, the socket is stalled (the deadline only runs
+	// while the broker is not blocking the connection, or the caller gave
+	// up), so close it: the publish fails and Run reconnects. Checked until
+	// the loop is done, as a publish may start to wait just after ctx ends.
+	sending := make(chan struct{})
+	stopAbort := context.AfterFunc(ctx, func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			wire.abortStalled()
+			select {
+			case <-sending:
+				return
+			case <-tick.C:
+			}
+		}
+	})
 	for k, i := range todo {
 		m := &msgs[i]
 		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchanges[i], m.RoutingKey, true, false, amqp.Publishing{
@@ -305,6 +373,8 @@ func (p *Publisher) send(ctx context.Context, c *channel, msgs []Message, exchan
 		}
 		sent = append(sent, pending{i: i, dc: dc})
 	}
+	close(sending)
+	stopAbort()
 	if p.afterSend != nil {
 		p.afterSend()
 	}

@@ -30,6 +30,7 @@ type Publisher struct {
 
 	mu      sync.Mutex
 	conn    *amqp.Connection // nil while disconnected
+	wire    *coalescingConn  // conn's socket, under TLS if any
 	gen     uint64           // bumped at every connect
 	connErr chan *amqp.Error // conn's close notification
 	blocks  chan amqp.Blocking
@@ -89,8 +90,11 @@ func Dial(ctx context.Context, cfg Config) (*Publisher, error) {
 func (p *Publisher) connect(ctx context.Context) (err error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName("outboxrelay publish")
-	var stop func() bool
-	dial := p.dialer(ctx)
+	var (
+		stop func() bool
+		wire *coalescingConn
+	)
+	dial := p.dialer(ctx, &wire)
 	conn, err := amqp.DialConfig(p.cfg.URL, amqp.Config{
 		Heartbeat:       p.cfg.Heartbeat,
 		TLSClientConfig: p.cfg.TLS.Clone(), // amqp091 sets ServerName on it
@@ -144,7 +148,7 @@ func (p *Publisher) connect(ctx context.Context) (err error) {
 	if p.closed {
 		return ErrClosed
 	}
-	p.conn, p.connErr, p.blocks = conn, connErr, blocks
+	p.conn, p.connErr, p.blocks, p.wire = conn, connErr, blocks, wire
 	p.gen++
 	p.isBlock, p.blocked = false, ""
 	p.idle = nil // channels of an old connection died with it
@@ -258,6 +262,9 @@ func (p *Publisher) setBlocked(b amqp.Blocking) {
 	p.mu.Lock()
 	changed := p.isBlock != b.Active
 	p.isBlock, p.blocked = b.Active, b.Reason
+	if p.wire != nil {
+		p.wire.blocked.Store(b.Active)
+	}
 	if changed {
 		p.changedLocked()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -690,4 +691,112 @@ func TestErrorsAreDistinct(t *testing.T) {
 			require.Equal(t, i == j, errors.Is(a, b))
 		}
 	}
+}
+
+// A batch in flight when the broker blocks the connection waits for the
+// alarm to clear instead of failing at ConfirmTimeout: its messages may
+// already be in the broker's hands, and failing them would only publish
+// them twice. The proxy holds everything sent meanwhile, as a broker that
+// stopped reading its socket does (proxy.Hold).
+func TestBlockedConnectionHoldsItsBatch(t *testing.T) {
+	t.Parallel()
+	p, proxy := proxied(t, Config{ConfirmTimeout: 200 * time.Millisecond})
+	sent := make(chan struct{}, 1)
+	var block atomic.Bool
+	p.afterSend = func() {
+		if block.Load() {
+			// What Run does on connection.blocked.
+			p.setBlocked(amqp.Blocking{Active: true, Reason: "low on memory"})
+		}
+		sent <- struct{}{}
+	}
+	run(t, p)
+	q := testkit.NewQueue(t, p.cfg.Exchange, "#")
+	warm := batch(10, "k") // leaves a channel in the pool
+	requireAllNil(t, publish(t, p, warm))
+	receive(t, q, warm)
+	<-sent
+
+	block.Store(true)
+	proxy.Hold()
+	msgs := batch(100, "k")
+	result := make(chan []error, 1)
+	go func() { result <- p.Publish(context.Background(), msgs) }()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("batch not sent")
+	}
+	// Ten confirm timeouts pass while blocked; nothing may fail.
+	select {
+	case errs := <-result:
+		t.Fatalf("Publish returned while the connection was blocked: %v", errs[0])
+	case <-time.After(10 * p.cfg.ConfirmTimeout):
+	}
+	require.True(t, p.connected(), "the blocked connection was torn down")
+
+	proxy.Heal()
+	p.setBlocked(amqp.Blocking{Active: false})
+	select {
+	case errs := <-result:
+		requireAllNil(t, errs)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish did not return after the connection was unblocked")
+	}
+	receive(t, q, msgs)
+}
+
+// A publish that waits for the socket of a blocked connection cannot be
+// interrupted by amqp091; when its caller gives up (a shutdown), the
+// connection is closed under it, so Publish returns and Run reconnects.
+func TestPublishStalledOnBlockedConnectionEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	p, proxy := proxied(t, Config{ConfirmTimeout: 200 * time.Millisecond})
+	run(t, p)
+	testkit.NewQueue(t, p.cfg.Exchange, "#")
+	requireAllNil(t, publish(t, p, batch(1, "k"))) // leaves a channel in the pool
+	p.mu.Lock()
+	wire := p.wire
+	p.mu.Unlock()
+
+	proxy.Hold()
+	// Far more than the socket buffers and the proxy take in: writes stall.
+	msgs := batch(64, "k")
+	for i := range msgs {
+		msgs[i].Body = []byte(`"` + strings.Repeat("x", 1<<20) + `"`)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	result := make(chan []error, 1)
+	go func() { result <- p.Publish(ctx, msgs) }()
+	testkit.WaitFor(t, 10*time.Second, "a publish waiting for the socket", func() bool {
+		wire.mu.Lock()
+		defer wire.mu.Unlock()
+		return wire.stalled > 0
+	})
+	p.setBlocked(amqp.Blocking{Active: true, Reason: "low on memory"})
+	// Blocked, the stalled write outlives its deadline.
+	select {
+	case errs := <-result:
+		t.Fatalf("Publish returned while blocked: %v", errs[0])
+	case <-time.After(10 * p.cfg.ConfirmTimeout):
+	}
+
+	cancel()
+	select {
+	case errs := <-result:
+		for i, err := range errs {
+			require.Error(t, err, "message %d", i)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish did not return after its context ended")
+	}
+	proxy.Heal()
+	testkit.WaitFor(t, 15*time.Second, "a new connection", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.conn != nil && p.wire != wire
+	})
+	waitReady(t, p)
+	requireAllNil(t, publish(t, p, batch(2, "k")))
 }

@@ -56,6 +56,14 @@ func (p *Proxy) Blackhole() {
 	p.addToxic("blackhole_down", "downstream", "timeout", `{"timeout":0}`)
 }
 
+// Hold stops passing on what the client sends, without dropping it or
+// closing anything, while still passing what the server sends: a server
+// that has stopped reading its socket, as RabbitMQ does with a connection
+// it blocks. Heal passes on everything held, in order.
+func (p *Proxy) Hold() {
+	p.addToxic("hold_up", "upstream", "latency", `{"latency":3600000}`)
+}
+
 // Latency delays data in both directions by d.
 func (p *Proxy) Latency(d time.Duration) {
 	attrs := fmt.Sprintf(`{"latency":%d}`, d.Milliseconds())
@@ -63,7 +71,7 @@ func (p *Proxy) Latency(d time.Duration) {
 	p.addToxic("latency_down", "downstream", "latency", attrs)
 }
 
-// Heal removes every toxic (black hole, latency).
+// Heal removes every toxic (black hole, hold, latency).
 func (p *Proxy) Heal() {
 	p.proxy.Toxics.ResetToxics(context.Background())
 }
@@ -87,5 +95,8 @@ func LeakOptions() []goleak.Option {
 		goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe"),
 		goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*LatencyToxic).Pipe"),
 		goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*TimeoutToxic).Pipe"),
+		// The same, one step before: a link reader whose toxic stopped
+		// taking data (Hold, then the client closed the connection).
+		goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/stream.(*ChanWriter).Write"),
 	}
 }
