@@ -38,6 +38,13 @@ UPDATE {{.Table}} AS o SET
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[]) AS f (id, status, delay_ms, error)
 WHERE o.{{.ID}} = f.id AND o.{{.LeaseID}} = $5 AND o.{{.Status}} = {{.Pending}};
 
+-- name: extend
+-- $1 ids, $2 lease id, $3 lease in milliseconds. Renews a claim still in
+-- flight; rows settled meanwhile no longer carry the lease.
+UPDATE {{.Table}} SET
+    {{.AvailableAt}} = now() + $3 * interval '1 millisecond'
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND {{.Status}} = {{.Pending}};
+
 -- name: release
 -- $1 ids, $2 lease id. The attempt did not happen: give it back.
 UPDATE {{.Table}} SET

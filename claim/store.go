@@ -54,6 +54,9 @@ func (l LeaseID) String() string {
 type Batch struct {
 	Lease  LeaseID
 	Events []Event // in id order
+	// LeaseFor is how long the claim holds its rows, counted from the
+	// moment the claim statement started (Config.Lease); Extend renews it.
+	LeaseFor time.Duration
 }
 
 // Failure is an event whose publish failed.
@@ -80,7 +83,7 @@ type Store struct {
 }
 
 type queries struct {
-	claim, markPublished, retry, release, deletePublished, check string
+	claim, markPublished, retry, extend, release, deletePublished, check string
 }
 
 // New validates cfg and renders the store's statements for its table.
@@ -131,6 +134,7 @@ func render(cfg Config) (queries, error) {
 		claim:           named["claim"],
 		markPublished:   named["mark_published"],
 		retry:           named["retry"],
+		extend:          named["extend"],
 		release:         named["release"],
 		deletePublished: named["delete_published"],
 		check:           named["check"],
@@ -183,7 +187,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		return Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	sortByID(events)
-	return Batch{Lease: lease, Events: events}, nil
+	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease}, nil
 }
 
 func deref(s *string) string {
@@ -264,6 +268,23 @@ func errorText(err error) string {
 		}
 	}
 	return s
+}
+
+// Extend renews the lease on events still held by it, for another
+// Config.Lease from now, and returns how many it renewed: the rows settled
+// meanwhile (published, retried, released) or taken by another claim after
+// the lease lapsed are left alone.
+func (s *Store) Extend(ctx context.Context, lease LeaseID, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.extend, ids, lease, s.cfg.Lease.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("extend lease: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Release gives leased events back unpublished, without counting the attempt:

@@ -195,6 +195,45 @@ func TestExpiredLeaseIsClaimableAgain(t *testing.T) {
 	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'published'`))
 }
 
+func TestExtendRenewsOnlyTheRowsStillHeld(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{Lease: time.Hour, RetryMin: time.Hour, RetryMax: time.Hour})
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'a', i::text, 'e', '{}' FROM generate_series(1, 3) i RETURNING 0`)
+	b, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 3)
+	require.Equal(t, time.Hour, b.LeaseFor)
+	all := ids(b.Events)
+	// Settle the first two: one published, one put back for a retry.
+	_, err = s.MarkPublished(context.Background(), all[:1])
+	require.NoError(t, err)
+	_, err = s.Retry(context.Background(), b.Lease, []claim.Failure{{ID: all[1], Attempts: 1, Err: errors.New("x")}})
+	require.NoError(t, err)
+	// Age the lease as if most of it had passed.
+	q(`UPDATE outbox SET available_at = now() + interval '1 second' WHERE lease_id = $1 RETURNING 0`, b.Lease)
+
+	var other claim.LeaseID
+	n, err := s.Extend(context.Background(), other, all)
+	require.NoError(t, err)
+	require.Zero(t, n, "another lease renews nothing")
+	n, err = s.Extend(context.Background(), b.Lease, all)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "only the row still held is renewed")
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox
+		WHERE id = $1 AND lease_id = $2 AND available_at > now() + interval '59 minutes'`, all[2], b.Lease))
+	again, err := s.Claim(context.Background(), 10)
+	require.NoError(t, err)
+	require.Empty(t, again.Events, "a renewed lease keeps the row from other claims")
+}
+
+func ids(events []claim.Event) []int64 {
+	out := make([]int64, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
+}
+
 func TestDeletePublishedOnlyTouchesOldPublishedRows(t *testing.T) {
 	t.Parallel()
 	s, q := newStore(t, claim.Config{})

@@ -23,6 +23,7 @@ type Store interface {
 	MarkPublished(ctx context.Context, ids []int64) (int64, error)
 	Retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) (claim.RetryResult, error)
 	Release(ctx context.Context, lease claim.LeaseID, ids []int64) (int64, error)
+	Extend(ctx context.Context, lease claim.LeaseID, ids []int64) (int64, error)
 	DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error)
 }
 
@@ -66,7 +67,7 @@ type Relay struct {
 
 // stats counts what the relay did since the last summary.
 type stats struct {
-	published, failed, dead, released atomic.Int64
+	published, failed, dead, released, extended atomic.Int64
 }
 
 // New validates cfg and builds a relay. listener may be nil: the relay then
@@ -257,6 +258,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		}
 		// The claim itself is not cancelled half-way: a claim whose result
 		// is lost would leave its rows leased until the lease expires.
+		claimed := r.cfg.Clock.Now() // the lease runs from no earlier than this
 		batch, err := r.store.Claim(drainCtx, r.cfg.BatchSize)
 		if err != nil {
 			r.claimMu.Lock()
@@ -282,7 +284,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		if full {
 			r.poke() // more is waiting: let another worker join in
 		}
-		r.process(ctx, drainCtx, batch)
+		r.process(ctx, drainCtx, batch, claimed)
 		if !full {
 			return
 		}
@@ -290,8 +292,10 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 }
 
 // process publishes one claimed batch and settles every row of it: marked
-// published, put back for retry, dead-lettered or released.
-func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch) {
+// published, put back for retry, dead-lettered or released. It holds the
+// batch's lease until every row is settled.
+func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claimed time.Time) {
+	defer r.holdLease(drainCtx, batch, claimed)()
 	msgs := make([]publish.Message, 0, len(batch.Events))
 	sent := make([]claim.Event, 0, len(batch.Events))
 	var failures []claim.Failure
@@ -327,6 +331,57 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch) {
 	r.release(batch.Lease, unsettled)
 	r.log.Debug("batch settled", "claimed", len(batch.Events), "published", len(published),
 		"failed", len(failures), "released", len(unsettled))
+}
+
+// holdLease renews the batch's lease while the batch is in flight, from
+// half-way through each lease, until the returned stop is called. A
+// publish or a mark can outlast a lease: a broker that blocks the
+// connection for a resource alarm, a slow link, a database mark retried.
+// Without renewal the rows would become claimable while this relay may
+// still publish them, and be published twice. A failed renewal is retried
+// every tenth of a lease; if the lease lapses anyway, a confirmed publish
+// is still marked, and the worst case is a duplicate, never a loss.
+func (r *Relay) holdLease(ctx context.Context, b claim.Batch, claimed time.Time) (stop func()) {
+	if b.LeaseFor <= 0 || len(b.Events) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		held := ids(b.Events)
+		expires := claimed.Add(b.LeaseFor)
+		next := claimed.Add(b.LeaseFor / 2)
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-r.cfg.Clock.After(next.Sub(r.cfg.Clock.Now())):
+			}
+			start := r.cfg.Clock.Now()
+			n, err := r.store.Extend(ctx, b.Lease, held)
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return
+				}
+				next = r.cfg.Clock.Now().Add(b.LeaseFor / 10)
+				r.log.Warn("extend lease failed", "err", err, "events", len(held), "lease_left", expires.Sub(start).Round(time.Millisecond))
+				continue
+			case n == 0:
+				return // every row is settled, or the lease lapsed
+			}
+			expires = start.Add(b.LeaseFor)
+			next = start.Add(b.LeaseFor / 2)
+			r.stats.extended.Add(n)
+			r.log.Debug("lease extended", "events", n, "lease", b.LeaseFor)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // markPublished records confirmed events, retrying a failing database for up
@@ -405,10 +460,12 @@ func (r *Relay) summarize(ctx context.Context) {
 func (r *Relay) logSummary() {
 	published, failed := r.stats.published.Swap(0), r.stats.failed.Swap(0)
 	dead, released := r.stats.dead.Swap(0), r.stats.released.Swap(0)
-	if published+failed+dead+released == 0 {
+	extended := r.stats.extended.Swap(0)
+	if published+failed+dead+released+extended == 0 {
 		return
 	}
-	r.log.Info("relayed events", "published", published, "retrying", failed, "dead_lettered", dead, "released", released)
+	r.log.Info("relayed events", "published", published, "retrying", failed, "dead_lettered", dead,
+		"released", released, "leases_extended", extended)
 }
 
 func ids(events []claim.Event) []int64 {

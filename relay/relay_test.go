@@ -505,3 +505,37 @@ func TestFailedClaimIsRetriedSoon(t *testing.T) {
 	d := e.queue.Receive(t, 1, 30*time.Second)[0]
 	require.Equal(t, "locked", d.Type)
 }
+
+// TestSlowBatchKeepsItsLease: a batch whose publish outlasts its lease
+// (RabbitMQ is 400 ms away each way, the lease 600 ms) keeps its rows: the
+// relay renews the lease while the batch is in flight, so a second relay
+// claiming every 50 ms never takes them, and nothing is published twice.
+func TestSlowBatchKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	proxy, amqpURL := testkit.NewAMQPProxy(t)
+	lease := claim.Config{Lease: 600 * time.Millisecond}
+	e.start(t, options{
+		claim:   lease,
+		publish: publish.Config{URL: amqpURL, ConfirmTimeout: time.Minute},
+		relay:   relay.Config{Workers: 1, PollInterval: time.Hour},
+	})
+	// Connected while the link was fast; slow from the first batch on.
+	proxy.Latency(400 * time.Millisecond)
+	testkit.InsertEvents(t, e.pool, 20)
+	testkit.WaitFor(t, 10*time.Second, "the slow relay's claim", func() bool {
+		return e.count(t, "lease_id IS NOT NULL") == 20
+	})
+	e.start(t, options{claim: lease, relay: relay.Config{PollInterval: 50 * time.Millisecond}, noListen: true})
+
+	got := e.queue.Receive(t, 20, time.Minute)
+	testkit.WaitFor(t, 30*time.Second, "every event marked published", func() bool {
+		return e.count(t, "status = 'published'") == 20
+	})
+	ids := testkit.Counter{}
+	ids.Add(got)
+	ids.Add(e.queue.Drain(t, 30*time.Second))
+	require.Len(t, ids, 20)
+	require.Zero(t, ids.Duplicates(), "a lapsed lease let the other relay publish again")
+	require.Equal(t, int64(20), e.count(t, "attempts = 1"), "every event was claimed once")
+}
