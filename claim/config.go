@@ -102,6 +102,12 @@ type Config struct {
 	RetryMin time.Duration
 	// RetryMax caps the retry delay. Default 5m.
 	RetryMax time.Duration
+	// MaxBatchBytes bounds a batch by size as well as by count: Claim stops
+	// taking events once their payloads and headers would total more than
+	// this many bytes (the first event is always taken, whatever its size).
+	// With the relay's workers, it bounds the memory that events in flight
+	// take, whatever the backlog. Default 16 MiB.
+	MaxBatchBytes int
 	// QueryTimeout bounds every statement the store runs. PostgreSQL must
 	// enforce it (ConfigurePool sets statement_timeout to it): a client that
 	// merely stops waiting leaves the statement running, and a claim that
@@ -127,6 +133,7 @@ func (c Config) withDefaults() Config {
 	c.RetryMin = cmp.Or(c.RetryMin, time.Second)
 	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Minute)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 10*time.Second)
+	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 16<<20)
 	return c
 }
 
@@ -162,6 +169,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("claim: RetryMax %s: must be at least RetryMin (%s)", c.RetryMax, c.RetryMin)
 	case c.QueryTimeout <= 0:
 		return fmt.Errorf("claim: QueryTimeout %s: must be positive", c.QueryTimeout)
+	case c.MaxBatchBytes < 1:
+		return fmt.Errorf("claim: MaxBatchBytes %d: must be at least 1", c.MaxBatchBytes)
 	}
 	return nil
 }

@@ -4,6 +4,6 @@ package claim
 func Statements(s *Store) map[string]string {
 	return map[string]string{
 		"claim": s.q.claim, "mark_published": s.q.markPublished, "retry": s.q.retry,
-		"release": s.q.release, "delete_published": s.q.deletePublished, "check": s.q.check,
+		"release": s.q.release, "extend": s.q.extend, "delete_published": s.q.deletePublished, "check": s.q.check,
 	}
 }

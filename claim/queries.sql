@@ -5,17 +5,28 @@
 -- table instead of a hash join over all of it.
 
 -- name: claim
--- $1 batch size, $2 lease in milliseconds, $3 lease id.
+-- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget.
+-- Rows are taken in id order while their payloads and headers, as stored
+-- (pg_column_size reads a TOASTed value's size without fetching it), fit
+-- in the budget; the first row is always taken. Stored sizes can be
+-- smaller than the text sent to the relay (compression), so Claim also
+-- counts the text it receives and gives back what overflows.
 UPDATE {{.Table}} SET
     {{.AvailableAt}} = now() + $2 * interval '1 millisecond',
     {{.LeaseID}} = $3,
     {{.Attempts}} = {{.Attempts}} + 1
 WHERE {{.ID}} = ANY (ARRAY (
-    SELECT {{.ID}} FROM {{.Table}}
-    WHERE {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now()
-    ORDER BY {{.ID}}
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED))
+    SELECT id FROM (
+        SELECT id, row_number() OVER w AS n,
+            sum(pg_column_size(payload) + coalesce(pg_column_size(headers), 0)) OVER w AS upto
+        FROM (
+            SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
+            WHERE {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now()
+            ORDER BY {{.ID}}
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED) AS locked
+        WINDOW w AS (ORDER BY id)) AS sized
+    WHERE n = 1 OR upto <= $4))
 RETURNING {{.ID}}, {{.EventID}}::text, {{.AggregateType}}::text, {{.AggregateID}}::text,
     {{.EventType}}::text, {{.Payload}}::text, {{.Headers}}::text, {{.Exchange}}::text,
     {{.RoutingKey}}::text, {{.CreatedAt}}::timestamptz, {{.Attempts}};

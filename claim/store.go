@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/template"
 	"time"
 	"unicode/utf8"
@@ -80,6 +81,10 @@ type Store struct {
 	cfg    Config
 	jitter func() float64
 	q      queries
+	// eventSize is a running average of the bytes per event Claim has
+	// received, 0 before the first: a claim asks for no more events than
+	// MaxBatchBytes takes at that size.
+	eventSize atomic.Int64
 }
 
 type queries struct {
@@ -145,7 +150,8 @@ func render(cfg Config) (queries, error) {
 // backslashes) as a SQL string literal.
 func literal(s string) string { return "'" + s + "'" }
 
-// Claim leases up to limit claimable events, oldest first. An empty batch
+// Claim leases up to limit claimable events, oldest first, and no more of
+// them than fit in Config.MaxBatchBytes (but at least one). An empty batch
 // means nothing is claimable now.
 func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	var lease LeaseID
@@ -156,11 +162,23 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	lease[8] = lease[8]&0x3f | 0x80 // RFC 4122 variant
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
-	rows, err := s.db.Query(ctx, s.q.claim, limit, s.cfg.Lease.Milliseconds(), lease)
+	// The statement weighs rows by their stored size, which compression
+	// can make far smaller than what is sent: highly compressible events
+	// would all pass, be sent, and be given back. So ask for no more than
+	// the budget takes at the size events have had lately.
+	if avg := s.eventSize.Load(); avg > 0 {
+		limit = int(min(int64(limit), int64(s.cfg.MaxBatchBytes)/avg+1))
+	}
+	rows, err := s.db.Query(ctx, s.q.claim, limit, s.cfg.Lease.Milliseconds(), lease, s.cfg.MaxBatchBytes)
 	if err != nil {
 		return Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	events := make([]Event, 0, limit)
+	var (
+		size     int     // payload and header bytes kept
+		received int     // payload and header bytes received
+		overflow []int64 // claimed, but over the budget once received
+	)
 	for rows.Next() {
 		var (
 			e                                  Event
@@ -172,6 +190,14 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 			&payload, &headers, &exchange, &routingKey, &e.CreatedAt, &e.Attempts); err != nil {
 			rows.Close()
 			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		n := len(deref(payload)) + len(deref(headers))
+		received += n
+		if len(events) == 0 || size+n <= s.cfg.MaxBatchBytes {
+			size += n
+		} else {
+			overflow = append(overflow, e.ID)
+			continue
 		}
 		e.AggregateType, e.AggregateID, e.EventType = deref(aggregateType), deref(aggregateID), deref(evType)
 		e.Exchange, e.RoutingKey = deref(exchange), deref(routingKey)
@@ -185,6 +211,18 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return Batch{}, fmt.Errorf("claim batch: %w", err)
+	}
+	if got := len(events) + len(overflow); got > 0 {
+		avg := int64(received/got + 1)
+		if old := s.eventSize.Load(); old > 0 {
+			avg = (3*old + avg) / 4
+		}
+		s.eventSize.Store(avg)
+	}
+	if len(overflow) > 0 {
+		// If this fails, those rows are claimable again once the lease
+		// lapses: later, never lost.
+		_, _ = s.Release(ctx, lease, overflow)
 	}
 	sortByID(events)
 	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease}, nil

@@ -226,6 +226,55 @@ func TestExtendRenewsOnlyTheRowsStillHeld(t *testing.T) {
 	require.Empty(t, again.Events, "a renewed lease keeps the row from other claims")
 }
 
+// A claim takes no more events than fit in MaxBatchBytes, however many
+// are pending, and always at least one.
+func TestClaimStaysWithinItsByteBudget(t *testing.T) {
+	t.Parallel()
+	// Incompressible payloads of about 100 kB: their stored size is their
+	// size, and the claim's statement leaves the rest unclaimed. Highly
+	// compressible ones: stored in a few kB, so the statement takes them
+	// all, and Claim gives back those that overflow once received.
+	incompressible := `jsonb_build_object('blob', (SELECT string_agg(md5(i::text || '.' || j::text), '') FROM generate_series(1, 3200) j))`
+	compressible := `jsonb_build_object('blob', repeat('x', 100000))`
+	for _, tc := range []struct {
+		name, payload string
+		budget, want  int
+		// byStatement: the statement itself leaves the rest untouched.
+		byStatement bool
+	}{
+		{"two fit", incompressible, 250_000, 2, true},
+		{"one alone is over", incompressible, 50_000, 1, true},
+		{"compressible, two fit", compressible, 250_000, 2, false},
+		{"compressible, one alone is over", compressible, 50_000, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, q := newStore(t, claim.Config{MaxBatchBytes: tc.budget})
+			q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+				SELECT 'a', i::text, 'e', ` + tc.payload + ` FROM generate_series(1, 10) i RETURNING 0`)
+			inserted := q(`SELECT xmin::text::bigint FROM outbox WHERE id = 10`)
+			b, err := s.Claim(context.Background(), 500)
+			require.NoError(t, err)
+			require.Len(t, b.Events, tc.want)
+			total := 0
+			for i, e := range b.Events {
+				require.Equal(t, int64(i+1), e.ID, "the oldest events first")
+				total += len(e.Payload)
+			}
+			require.True(t, tc.want == 1 || total <= tc.budget, "%d bytes claimed, budget %d", total, tc.budget)
+			require.Equal(t, int64(10-tc.want), q(`SELECT count(*) FROM outbox WHERE lease_id IS NULL AND attempts = 0 AND available_at <= now()`),
+				"the rest is neither leased nor charged an attempt")
+			if tc.byStatement {
+				require.Equal(t, int64(10-tc.want), q(`SELECT count(*) FROM outbox WHERE xmin::text::bigint = $1`, inserted),
+					"the claim statement updated rows beyond the budget")
+			}
+			next, err := s.Claim(context.Background(), 500)
+			require.NoError(t, err)
+			require.Len(t, next.Events, tc.want, "the rest is claimable at once")
+		})
+	}
+}
+
 func ids(events []claim.Event) []int64 {
 	out := make([]int64, len(events))
 	for i, e := range events {
@@ -279,7 +328,7 @@ func TestClaimPlanStaysOnTheIndex(t *testing.T) {
 	tx, err := pool.Begin(context.Background())
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background())
-	plan := planOf(t, tx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{})
+	plan := planOf(t, tx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{}, 16<<20)
 	require.Contains(t, plan, "outbox_pending_idx", plan)
 	require.NotContains(t, plan, "Hash Join", plan)
 	require.NotContains(t, plan, "Seq Scan", plan)
@@ -305,7 +354,7 @@ func TestClaimSkipsDeadIndexEntriesOfPublishedRows(t *testing.T) {
 
 	pool, s := relayStore(t, url)
 	explain := func() string {
-		return planOf(t, pool, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{})
+		return planOf(t, pool, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{}, 16<<20)
 	}
 	first := explain()
 	require.Contains(t, first, "Index Scan using outbox_pending_idx", first)
@@ -429,9 +478,10 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 	require.NoError(t, err)
 	const lease = "'00000000-0000-4000-8000-000000000000'"
 	args := map[string]string{
-		"claim":            "500, 30000, " + lease,
+		"claim":            "500, 30000, " + lease + ", 16777216",
 		"mark_published":   "'{1,2,3}'",
 		"release":          "'{1,2}', " + lease,
+		"extend":           "'{1,2}', " + lease + ", 30000",
 		"retry":            "'{1}', '{pending}', '{1000}', '{boom}', " + lease,
 		"delete_published": "86400000, 1000",
 	}

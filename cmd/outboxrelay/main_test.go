@@ -104,7 +104,7 @@ func TestHelpListsEverySettingWithItsVariable(t *testing.T) {
 		require.NotContains(t, stdout, "s3cret", "--help must not print passwords")
 	}
 	_, stdout, _ = runOnce(t, nil, "run", "--help")
-	for _, v := range []string{"AMQP_URL", "OUTBOX_BATCH_SIZE", "OUTBOX_WORKERS", "OUTBOX_POLL_INTERVAL", "OUTBOX_LEASE",
+	for _, v := range []string{"AMQP_URL", "OUTBOX_BATCH_SIZE", "OUTBOX_MAX_BATCH_BYTES", "OUTBOX_WORKERS", "OUTBOX_POLL_INTERVAL", "OUTBOX_LEASE",
 		"OUTBOX_RETENTION", "OUTBOX_TABLE", "OUTBOX_STATUS_PENDING", "OUTBOX_COLUMN_ID", "--no-migrate"} {
 		require.Contains(t, stdout, v)
 	}
@@ -125,6 +125,7 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"malformed AMQP URL", relayEnv(url, exchange, "AMQP_URL=http://u:s3cret@localhost/"), nil, "AMQP_URL"},
 		{"negative batch size", relayEnv(url, exchange), []string{"--batch-size=-1"}, "--batch-size -1"},
 		{"negative batch size from the environment", relayEnv(url, exchange, "OUTBOX_BATCH_SIZE=-5"), nil, "--batch-size -5"},
+		{"zero batch bytes", relayEnv(url, exchange, "OUTBOX_MAX_BATCH_BYTES=0"), nil, "--max-batch-bytes 0"},
 		{"not a number", relayEnv(url, exchange, "OUTBOX_WORKERS=many"), nil, "workers"},
 		{"unknown flag", relayEnv(url, exchange), []string{"--bogus"}, "--bogus"},
 		{"lease shorter than confirms", relayEnv(url, exchange), []string{"--lease=1s", "--confirm-timeout=5s"}, "--lease"},

@@ -42,13 +42,14 @@ type RunCmd struct {
 	ConfirmTimeout time.Duration `name:"confirm-timeout" env:"OUTBOX_CONFIRM_TIMEOUT" default:"15s" help:"Deadline for a batch's publisher confirms."`
 	MaxMessageSize int           `name:"max-message-size" env:"OUTBOX_MAX_MESSAGE_SIZE" default:"16777216" help:"Largest payload in bytes; larger events are dead-lettered."`
 
-	BatchSize    int           `name:"batch-size" env:"OUTBOX_BATCH_SIZE" default:"500" help:"Most events one claim takes."`
-	Workers      int           `name:"workers" env:"OUTBOX_WORKERS" default:"4" help:"Concurrent claim-publish loops."`
-	PollInterval time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%)."`
-	Lease        time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
-	MaxAttempts  int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
-	RetryMin     time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
-	RetryMax     time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
+	BatchSize     int           `name:"batch-size" env:"OUTBOX_BATCH_SIZE" default:"500" help:"Most events one claim takes."`
+	MaxBatchBytes int           `name:"max-batch-bytes" env:"OUTBOX_MAX_BATCH_BYTES" default:"16777216" help:"Most payload and header bytes one claim takes (at least one event); with --workers, bounds the memory of events in flight."`
+	Workers       int           `name:"workers" env:"OUTBOX_WORKERS" default:"4" help:"Concurrent claim-publish loops."`
+	PollInterval  time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%)."`
+	Lease         time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
+	MaxAttempts   int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
+	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
+	RetryMax      time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
 
 	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them."`
 	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
@@ -77,6 +78,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	}
 	for _, ck := range []check{
 		{c.BatchSize < 1, "--batch-size", fmt.Sprintf("%d: must be at least 1", c.BatchSize)},
+		{c.MaxBatchBytes < 1, "--max-batch-bytes", fmt.Sprintf("%d: must be at least 1", c.MaxBatchBytes)},
 		{c.Workers < 1, "--workers", fmt.Sprintf("%d: must be at least 1", c.Workers)},
 		{c.PollInterval <= 0, "--poll-interval", fmt.Sprintf("%s: must be positive", c.PollInterval)},
 		{c.Lease <= 0, "--lease", fmt.Sprintf("%s: must be positive", c.Lease)},
@@ -104,11 +106,12 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 			AggregateID: c.ColumnAggregateID, EventType: c.ColumnEventType, Payload: c.ColumnPayload,
 			Status: c.ColumnStatus, CreatedAt: c.ColumnCreatedAt,
 		},
-		Statuses:    claim.Statuses{Pending: c.StatusPending, Published: c.StatusPublished, Failed: c.StatusFailed},
-		Lease:       c.Lease,
-		MaxAttempts: c.MaxAttempts,
-		RetryMin:    c.RetryMin,
-		RetryMax:    c.RetryMax,
+		Statuses:      claim.Statuses{Pending: c.StatusPending, Published: c.StatusPublished, Failed: c.StatusFailed},
+		Lease:         c.Lease,
+		MaxBatchBytes: c.MaxBatchBytes,
+		MaxAttempts:   c.MaxAttempts,
+		RetryMin:      c.RetryMin,
+		RetryMax:      c.RetryMax,
 	}
 	if err := cc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
