@@ -3,7 +3,12 @@
 package faults
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,70 +17,256 @@ import (
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
-// outage is how long the broker stays unreachable in scenario 4.
-const outage = 10 * time.Second
-
-// brokerRuns is how many times each broker outage is played.
+// brokerRuns is how many times each broker fault is played.
 const brokerRuns = 2
 
-// brokerOutage streams 30,000 events at 5,000/s through a proxy to RabbitMQ
-// and, at a random point, breaks the proxy for 10 s with fault, then
-// repairs it with repair; every event must arrive.
-func brokerOutage(t *testing.T, scenario, name string, fault func(*testkit.Proxy), repair func(*testkit.Proxy)) {
+// brokerEvents is how many events stream in during one broker fault.
+const brokerEvents = 30000
+
+// brokerFault takes RabbitMQ away from a relay and gives it back.
+type brokerFault struct {
+	scenario, name string
+	// setup prepares one run: the broker URL the relay uses, and the
+	// fault and its repair.
+	setup func(t *testing.T) (amqpURL string, fault, repair func())
+	// duration is how long the fault lasts.
+	duration func(r *rand.Rand) time.Duration
+	// during, if set, watches the relay while the fault lasts, until
+	// over; it replaces a plain wait.
+	during func(t *testing.T, w *world, p *testkit.Process, tag string, over <-chan time.Time)
+	// exactlyOnce requires no duplicates: the fault cuts no connection.
+	exactlyOnce bool
+	// args are the relay's flags; default crashArgs.
+	args []string
+}
+
+// play streams 30,000 events at 5,000/s into a relay, strikes it with the
+// fault at a random point, repairs it, and requires every event to arrive.
+func (f brokerFault) play(t *testing.T) {
 	w := newWorld(t)
 	r := rng(t)
-	o := outcome{Scenario: scenario}
-	const events = 30000
+	o := outcome{Scenario: f.scenario}
 	for run := range brokerRuns {
-		tag := fmt.Sprintf("%s-%d", name, run)
-		proxy, amqpURL := testkit.NewAMQPProxy(t)
-		p := w.relayVia(amqpURL, crashArgs...)
-		wait := w.stream(tag, events)
-		w.count.waitDistinct(t, tag, 1000+r.IntN(5000), time.Minute)
-		fault(proxy)
-		<-time.After(outage) // the fault's duration
-		repair(proxy)
-		repaired := time.Now()
+		tag := fmt.Sprintf("%s-%d", f.name, run)
+		amqpURL, fault, repair := f.setup(t)
+		args := f.args
+		if args == nil {
+			args = crashArgs
+		}
+		p := w.relayVia(amqpURL, args...)
+		wait := w.stream(tag, brokerEvents)
+		at := 1000 + r.IntN(5000)
+		w.waitPublished(tag, at, time.Minute)
+		d := f.duration(r)
+		fault()
+		over := time.After(d)
+		if f.during != nil {
+			f.during(t, w, p, tag, over)
+		} else {
+			<-over
+		}
+		repair()
+		end := w.ended(tag)
+		o.Faults++
+		t.Logf("%s: fault after %d events published, lasted %s", tag, at, d.Round(time.Millisecond))
 		wait()
-		w.settle(&o, tag, events, repaired)
+		w.settle(&o, tag, brokerEvents, end)
 		p.Stop(time.Minute)
 	}
 	record(o)
 	require.Zero(t, o.Lost)
+	if f.exactlyOnce {
+		require.Zero(t, o.Duplicated, "nothing was cut: no event may be published twice")
+	}
 }
+
+// tenSeconds is the outage the issue asks for.
+func tenSeconds(*rand.Rand) time.Duration { return 10 * time.Second }
 
 // Scenario 4a: RabbitMQ refuses connections for 10 s; the relay waits,
 // reconnects and catches up.
 func TestBrokerUnreachable(t *testing.T) {
-	brokerOutage(t, "4a RabbitMQ unreachable for 10 s (refused)", "refused",
-		(*testkit.Proxy).Cut, (*testkit.Proxy).Restore)
+	brokerFault{
+		scenario: "4a RabbitMQ unreachable for 10 s (refused)", name: "refused", duration: tenSeconds,
+		setup: func(t *testing.T) (string, func(), func()) {
+			proxy, amqpURL := testkit.NewAMQPProxy(t)
+			return amqpURL, proxy.Cut, proxy.Restore
+		},
+	}.play(t)
 }
 
 // Scenario 4b: a silent partition: the proxy stops forwarding without
 // closing anything for 10 s, so only the relay's timeouts and heartbeats
 // can notice; then it forwards again.
 func TestBrokerSilentPartition(t *testing.T) {
-	brokerOutage(t, "4b RabbitMQ behind a silent partition for 10 s", "partition",
-		(*testkit.Proxy).Blackhole, (*testkit.Proxy).Heal)
+	brokerFault{
+		scenario: "4b RabbitMQ behind a silent partition for 10 s", name: "partition", duration: tenSeconds,
+		setup: func(t *testing.T) (string, func(), func()) {
+			proxy, amqpURL := testkit.NewAMQPProxy(t)
+			return amqpURL, proxy.Blackhole, proxy.Heal
+		},
+	}.play(t)
 }
 
-// Scenario 7: every byte to and from RabbitMQ is delayed by 200 ms while
-// 20,000 events stream in: throughput degrades, nothing is lost.
+// Scenario 4c: RabbitMQ itself is restarted (rabbitmqctl stop_app, then
+// start_app 2 to 8 s later): every connection is closed by the broker, the
+// port refuses while it is down, and what it had confirmed survives in the
+// durable queue.
+func TestBrokerRestarted(t *testing.T) {
+	brokerFault{
+		scenario: "4c RabbitMQ restarted (stop_app, start_app)", name: "restart",
+		duration: func(r *rand.Rand) time.Duration { return 2*time.Second + time.Duration(r.Int64N(int64(6*time.Second))) },
+		setup: func(t *testing.T) (string, func(), func()) {
+			return testkit.AMQPURL(), func() { stopRabbitMQ(t) }, func() { startRabbitMQ(t) }
+		},
+	}.play(t)
+}
+
+// Scenario 5: RabbitMQ's memory alarm goes off for 5 to 10 s: the broker
+// blocks every publishing connection. The relay must pause (stop claiming)
+// without holding a transaction open, and resume without loss once the
+// alarm clears. No connection is cut, so no event may arrive twice: the
+// batch in flight waits for its confirmations, holding its lease.
+func TestMemoryAlarm(t *testing.T) {
+	brokerFault{
+		scenario: "5 RabbitMQ memory alarm", name: "alarm",
+		duration: func(r *rand.Rand) time.Duration { return 5*time.Second + time.Duration(r.Int64N(int64(5*time.Second))) },
+		setup: func(t *testing.T) (string, func(), func()) {
+			return testkit.AMQPURL(), func() { raiseMemoryAlarm(t) }, func() { clearMemoryAlarm(t) }
+		},
+		during:      watchBlockedRelay,
+		exactlyOnce: true,
+		// The default lease and confirm timeout: no relay is killed here,
+		// and a broker catching up after an alarm may take more than
+		// crashArgs' 1.5 s to confirm a batch.
+		args: []string{"--poll-interval=500ms"},
+	}.play(t)
+}
+
+// Scenario 7: at a random point of a stream of 20,000 events, every byte
+// to and from RabbitMQ starts to take 200 ms more: throughput degrades,
+// nothing breaks, and no lease lapses under the relay (a lapsed lease
+// would show as a duplicate). Twice.
 func TestSlowBroker(t *testing.T) {
 	w := newWorld(t)
+	r := rng(t)
 	o := outcome{Scenario: "7 RabbitMQ 200 ms away"}
-	const (
-		tag    = "slow"
-		events = 20000
-	)
-	proxy, amqpURL := testkit.NewAMQPProxy(t)
-	p := w.relayVia(amqpURL, crashArgs...)
-	proxy.Latency(200 * time.Millisecond)
-	slowed := time.Now()
-	wait := w.stream(tag, events)
-	wait()
-	w.settle(&o, tag, events, slowed)
-	p.Stop(time.Minute)
+	const events = 20000
+	for run := range 2 {
+		tag := fmt.Sprintf("slow-%d", run)
+		proxy, amqpURL := testkit.NewAMQPProxy(t)
+		p := w.relayVia(amqpURL, crashArgs...)
+		wait := w.stream(tag, events)
+		w.waitPublished(tag, 500+r.IntN(5000), time.Minute)
+		proxy.Latency(200 * time.Millisecond)
+		o.Faults++
+		wait()
+		// The fault lasts; recovery is how long after the last commit the
+		// slowed relay took to deliver everything.
+		w.settle(&o, tag, events, w.ended(tag))
+		p.Stop(time.Minute)
+	}
 	record(o)
 	require.Zero(t, o.Lost)
+	require.Zero(t, o.Duplicated, "a slow broker cut nothing: no event may be published twice")
+}
+
+// watchBlockedRelay samples the relay's PostgreSQL sessions and claims
+// while the alarm lasts. Once the relay has logged that its connection is
+// blocked, it must not claim again until the alarm clears, and at no
+// sample may one of its sessions sit in an open transaction.
+func watchBlockedRelay(t *testing.T, w *world, p *testkit.Process, tag string, over <-chan time.Time) {
+	t.Helper()
+	testkit.WaitFor(t, 30*time.Second, "the relay to see its connection blocked", func() bool {
+		return strings.Contains(p.Out.String(), "connection blocked by broker")
+	})
+	claims := func() int64 {
+		return testkit.QueryInt(t, w.pool, `SELECT coalesce(sum(attempts), 0) FROM outbox WHERE event_type = $1`, tag)
+	}
+	before := claims()
+	samples, longest := 0, time.Duration(0)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-over:
+			after := claims()
+			t.Logf("%s: %d samples while blocked; longest relay transaction %s; attempts %d → %d",
+				tag, samples, longest, before, after)
+			require.Equal(t, before, after, "the relay claimed events while its connection was blocked")
+			return
+		case <-tick.C:
+		}
+		var inTx int
+		var age float64
+		err := w.pool.QueryRow(context.Background(), `
+			SELECT count(*) FILTER (WHERE state LIKE 'idle in transaction%'),
+			       coalesce(extract(epoch FROM max(now() - xact_start)), 0)
+			FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'outboxrelay%' AND pid <> pg_backend_pid()`).Scan(&inTx, &age)
+		require.NoError(t, err)
+		samples++
+		longest = max(longest, time.Duration(age*float64(time.Second)))
+		require.Zero(t, inTx, "a relay session is idle in a transaction while the broker blocks it")
+	}
+}
+
+// rabbitmqctl runs rabbitmqctl with args and fails the test if it fails.
+func rabbitmqctl(t *testing.T, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command("rabbitmqctl", args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Run(), "rabbitmqctl %s: %s", strings.Join(args, " "), out.String())
+	return out.String()
+}
+
+// stopRabbitMQ stops the RabbitMQ application (the Erlang node stays up)
+// and makes sure it is started again when the test ends, whatever happens.
+func stopRabbitMQ(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		if exec.Command("rabbitmq-diagnostics", "-q", "check_running").Run() != nil {
+			startRabbitMQ(t)
+		}
+	})
+	rabbitmqctl(t, "stop_app")
+}
+
+// startRabbitMQ starts the RabbitMQ application and waits until it runs.
+func startRabbitMQ(t *testing.T) {
+	t.Helper()
+	rabbitmqctl(t, "start_app")
+	rabbitmqctl(t, "await_startup")
+}
+
+// raiseMemoryAlarm sets the memory watermark so low that the alarm goes off
+// at once, and makes sure the setting is restored when the test ends.
+func raiseMemoryAlarm(t *testing.T) {
+	t.Helper()
+	watermark := strings.TrimSpace(rabbitmqctl(t, "eval", "vm_memory_monitor:get_vm_memory_high_watermark()."))
+	restore := []string{"set_vm_memory_high_watermark"}
+	if rest, ok := strings.CutPrefix(watermark, "{absolute,"); ok {
+		restore = append(restore, "absolute", strings.TrimSuffix(strings.TrimSpace(rest), "}"))
+	} else {
+		restore = append(restore, watermark)
+	}
+	memoryRestore = restore
+	t.Cleanup(func() {
+		if memoryRestore != nil {
+			clearMemoryAlarm(t)
+		}
+	})
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.000001")
+}
+
+// memoryRestore is the rabbitmqctl command that restores the watermark
+// raiseMemoryAlarm changed; nil once restored.
+var memoryRestore []string
+
+// clearMemoryAlarm restores the watermark raiseMemoryAlarm changed.
+func clearMemoryAlarm(t *testing.T) {
+	t.Helper()
+	rabbitmqctl(t, memoryRestore...)
+	memoryRestore = nil
 }

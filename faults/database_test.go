@@ -3,6 +3,8 @@
 package faults
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -29,54 +31,69 @@ func faultPoints(r interface{ IntN(int) int }, n, lo, hi int) []int {
 	return points
 }
 
-// restartPostgres restarts the local cluster (fast shutdown) and waits
-// until it accepts connections again.
-func restartPostgres(t *testing.T) {
+// restartPostgres stops the local cluster (fast shutdown: every session is
+// terminated) and starts it again, and returns when it accepted connections
+// again, with a function that waits for pg_ctlcluster start, which returns
+// up to 2 s after that (readiness is polled while it runs).
+func restartPostgres(t *testing.T) (ready time.Time, wait func()) {
 	t.Helper()
 	versions, err := os.ReadDir("/etc/postgresql")
 	require.NoError(t, err, "PostgreSQL restarts need a local cluster managed by pg_ctlcluster")
 	require.NotEmpty(t, versions)
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", versions[0].Name(), "main", "restart").CombinedOutput()
+	ctl := func(action string) *exec.Cmd {
+		return exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", versions[0].Name(), "main", action)
+	}
+	out, err := ctl("stop").CombinedOutput()
 	require.NoError(t, err, string(out))
+	var startOut bytes.Buffer
+	start := ctl("start")
+	start.Stdout, start.Stderr = &startOut, &startOut
+	require.NoError(t, start.Start())
 	testkit.WaitFor(t, time.Minute, "PostgreSQL to accept connections", func() bool {
 		return exec.Command("pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432").Run() == nil
 	})
+	return time.Now(), func() {
+		t.Helper()
+		require.NoError(t, start.Wait(), startOut.String())
+	}
 }
 
 // Scenario 6: while 30,000 events stream in at 5,000/s, every PostgreSQL
-// connection of the relay is terminated at five random points, then
-// PostgreSQL itself is restarted.
+// connection of the relay is terminated at four random points, then
+// PostgreSQL itself is restarted at a fifth. Twice.
 func TestPostgresConnectionsTerminatedAndRestarted(t *testing.T) {
 	w := newWorld(t)
 	r := rng(t)
 	o := outcome{Scenario: "6 relay's PostgreSQL connections terminated, PostgreSQL restarted"}
-	const (
-		tag    = "pg"
-		events = 30000
-	)
-	p := w.relay(crashArgs...)
-	wait := w.stream(tag, events)
-	points := faultPoints(r, 6, 1000, events-5000)
-	var last time.Time
-	for i, at := range points {
-		w.count.waitDistinct(t, tag, at, 2*time.Minute)
-		last = time.Now()
-		if i == len(points)-1 {
-			restartPostgres(t)
-			t.Logf("PostgreSQL restarted after %d deliveries", at)
-		} else {
-			n := testkit.QueryInt(t, w.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-				WHERE datname = current_database() AND application_name LIKE 'outboxrelay%'`)
-			t.Logf("terminated %d relay backends after %d deliveries", n, at)
+	const events = 30000
+	for run := range 2 {
+		tag := fmt.Sprintf("pg-%d", run)
+		p := w.relay(crashArgs...)
+		wait := w.stream(tag, events)
+		points := faultPoints(r, 5, 1000, events-5000)
+		var last faultEnd
+		for i, at := range points {
+			w.waitPublished(tag, at, 2*time.Minute)
+			if i == len(points)-1 {
+				begin := time.Now()
+				ready, started := restartPostgres(t)
+				last = w.ended(tag)
+				last.at = ready
+				started()
+				t.Logf("%s: PostgreSQL restarted after %d events published, down for %s", tag, at, ready.Sub(begin).Round(time.Millisecond))
+			} else {
+				n := testkit.QueryInt(t, w.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+					WHERE datname = current_database() AND application_name LIKE 'outboxrelay%'`)
+				t.Logf("%s: terminated %d relay backends after %d events published", tag, n, at)
+				last = w.ended(tag)
+			}
+			o.Faults++
 		}
-		o.Runs++
+		wait()
+		w.settle(&o, tag, events, last)
+		p.Stop(time.Minute)
+		require.NotContains(t, strings.ToLower(p.Out.String()), "panic")
 	}
-	wait()
-	runs := o.Runs
-	w.settle(&o, tag, events, last)
-	o.Runs = runs
-	p.Stop(time.Minute)
-	require.NotContains(t, strings.ToLower(p.Out.String()), "panic")
 	record(o)
 	require.Zero(t, o.Lost)
 }

@@ -4,8 +4,8 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,8 +27,7 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	url, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
-	w := &world{t: t, url: url, pool: pool, exchange: exchange, count: newCounter(t, testkit.NewQueue(t, exchange, "#"))}
-	return w
+	return &world{t: t, url: url, pool: pool, exchange: exchange, count: newCounter(t, exchange)}
 }
 
 // relay starts an outboxrelay process on the world with extra arguments.
@@ -50,29 +49,68 @@ func (w *world) relayVia(amqpURL string, args ...string) *testkit.Process {
 	return testkit.StartProcess(w.t, binary, env, append([]string{"run", "--no-migrate"}, args...)...)
 }
 
-// settle waits until every event of tag is delivered and marked, and adds
-// the run to o; fault is when the run's fault began.
-func (w *world) settle(o *outcome, tag string, n int, fault time.Time) {
-	w.t.Helper()
-	w.count.waitDistinct(w.t, tag, n, 3*time.Minute)
-	testkit.WaitFor(w.t, 2*time.Minute, tag+": every event marked published", func() bool { return w.published(tag) == n })
-	distinct, dups, last := w.count.stats(tag)
-	w.t.Logf("%s: %d committed, %d delivered, %d duplicates, last delivery %s after the fault",
-		tag, n, distinct, dups, last.Sub(fault).Round(time.Millisecond))
-	o.Runs++
-	o.Committed += n
-	o.Delivered += distinct
-	o.Lost += n - distinct
-	o.Duplicated += dups
-	o.Recovery = append(o.Recovery, last.Sub(fault))
+// faultEnd is when a fault ended, and how many events of the run's type
+// were committed by then.
+type faultEnd struct {
+	at        time.Time
+	committed int
 }
 
-// insert commits n events of type tag in one statement.
+// ended marks the end of a fault for events of type tag.
+func (w *world) ended(tag string) faultEnd {
+	w.t.Helper()
+	at := time.Now()
+	committed := -1
+	testkit.WaitFor(w.t, time.Minute, tag+": count the committed events", func() bool {
+		committed = w.rows(tag)
+		return committed >= 0
+	})
+	return faultEnd{at: at, committed: committed}
+}
+
+// settle waits until every event of tag is marked published and
+// delivered, and adds the run to o. What counts as committed is what the
+// table holds, at least the n events the producer saw committed (an insert
+// whose commit was cut off may have committed anyway). An event that does
+// not arrive within a minute of being marked is counted lost, and fails
+// the test. The run's recovery time runs from the end of the fault until
+// every event committed by then had arrived.
+func (w *world) settle(o *outcome, tag string, n int, fault faultEnd) {
+	w.t.Helper()
+	committed := -1
+	testkit.WaitFor(w.t, time.Minute, tag+": count the committed events", func() bool {
+		committed = w.rows(tag)
+		return committed >= 0
+	})
+	if committed < n {
+		w.t.Fatalf("%s: the table holds %d events, the producer committed %d", tag, committed, n)
+	}
+	testkit.WaitFor(w.t, 3*time.Minute, tag+": every event marked published", func() bool { return w.published(tag) == committed })
+	arrived := w.count.awaitDistinct(tag, committed, time.Minute)
+	distinct, dups := w.count.stats(tag)
+	var recovery time.Duration
+	if caughtUp, ok := w.count.caughtUp(tag, fault.committed); ok {
+		recovery = max(0, caughtUp.Sub(fault.at)) // zero: all had arrived when the fault ended
+	}
+	w.t.Logf("%s: %d committed, %d delivered, %d duplicates; the %d committed by the fault's end all arrived %s after it",
+		tag, committed, distinct, dups, fault.committed, recovery.Round(time.Millisecond))
+	if !arrived {
+		w.t.Errorf("%s: %d of %d committed events never arrived", tag, committed-distinct, committed)
+	}
+	o.Committed += committed
+	o.Delivered += distinct
+	o.Lost += committed - distinct
+	o.Duplicated += dups
+	o.Recovery = append(o.Recovery, recovery)
+}
+
+// insert commits n events of type tag in one statement, numbered on from
+// those already there.
 func (w *world) insert(tag string, n int) {
 	w.t.Helper()
 	testkit.Exec(w.t, w.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-		SELECT 'order', (i % 97)::text, $1, jsonb_build_object('n', i)
-		FROM generate_series(1, $2) AS i`, tag, n)
+		SELECT 'order', (i % 97)::text, $1, jsonb_build_object('n', base + i)
+		FROM generate_series(1, $2) AS i, (SELECT count(*) AS base FROM outbox WHERE event_type = $1) AS b`, tag, n)
 }
 
 // stream commits total events of type tag in transactions of 50, one every
@@ -82,9 +120,23 @@ func (w *world) insert(tag string, n int) {
 // restarts are retried: an event counts once committed.
 func (w *world) stream(tag string, total int) (wait func()) {
 	w.t.Helper()
-	done := make(chan struct{})
+	done := w.streaming(tag, total)
+	return func() {
+		w.t.Helper()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			w.t.Fatalf("%s: the producer did not finish", tag)
+		}
+	}
+}
+
+// streaming is stream without the wait: done is closed once every event is
+// committed.
+func (w *world) streaming(tag string, total int) (done <-chan struct{}) {
+	finished := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(finished)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for sent := 0; sent < total; {
@@ -100,13 +152,27 @@ func (w *world) stream(tag string, total int) (wait func()) {
 			}
 		}
 	}()
-	return func() {
-		select {
-		case <-done:
-		case <-time.After(5 * time.Minute):
-			w.t.Fatalf("%s: the producer did not finish", tag)
-		}
+	return finished
+}
+
+// waitPublished waits until at least n events of type tag are marked
+// published: where the relay is, rather than the consumer, which may lag
+// it by thousands of events.
+func (w *world) waitPublished(tag string, n int, timeout time.Duration) {
+	w.t.Helper()
+	testkit.WaitFor(w.t, timeout, fmt.Sprintf("%s: %d events published", tag, n), func() bool { return w.published(tag) >= n })
+}
+
+// rows is how many events of type tag the table holds, or -1 while the
+// database cannot be asked.
+func (w *world) rows(tag string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE event_type = $1`, tag).Scan(&n); err != nil {
+		return -1
 	}
+	return n
 }
 
 // published is how many events of type tag are marked published, or -1
@@ -119,78 +185,4 @@ func (w *world) published(tag string) int {
 		return -1
 	}
 	return n
-}
-
-// counter counts deliveries by event type and message id, and when each
-// type last saw a new id.
-type counter struct {
-	mu     sync.Mutex
-	seen   map[string]map[string]int
-	last   map[string]time.Time
-	change chan struct{}
-}
-
-func newCounter(t *testing.T, q *testkit.Queue) *counter {
-	c := &counter{seen: map[string]map[string]int{}, last: map[string]time.Time{}, change: make(chan struct{}, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case d, ok := <-q.Deliveries:
-				if !ok {
-					return
-				}
-				c.mu.Lock()
-				ids := c.seen[d.Type]
-				if ids == nil {
-					ids = map[string]int{}
-					c.seen[d.Type] = ids
-				}
-				if ids[d.MessageId] == 0 {
-					c.last[d.Type] = time.Now()
-				}
-				ids[d.MessageId]++
-				c.mu.Unlock()
-				select {
-				case c.change <- struct{}{}:
-				default:
-				}
-			}
-		}
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return c
-}
-
-// stats returns the distinct events of type tag delivered, the duplicate
-// deliveries, and when the last new one arrived.
-func (c *counter) stats(tag string) (distinct, duplicates int, last time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, n := range c.seen[tag] {
-		distinct++
-		duplicates += n - 1
-	}
-	return distinct, duplicates, c.last[tag]
-}
-
-// waitDistinct waits until at least n distinct events of type tag arrived.
-func (c *counter) waitDistinct(t *testing.T, tag string, n int, timeout time.Duration) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		if d, _, _ := c.stats(tag); d >= n {
-			return
-		}
-		select {
-		case <-c.change:
-		case <-deadline.C:
-			d, _, _ := c.stats(tag)
-			t.Fatalf("%s: %d of %d events delivered within %s", tag, d, n, timeout)
-		}
-	}
 }

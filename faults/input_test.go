@@ -14,23 +14,21 @@ import (
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
-// Scenario 8: odd and poisonous rows among ordinary ones. Each fails, if it
-// must, alone: never its batch, the channel or the relay.
-func TestPoisonAndOddInput(t *testing.T) {
-	w := newWorld(t)
-	o := outcome{Scenario: "8 poison and odd input among ordinary rows"}
-	const tag = "ordinary"
-	type row struct {
-		name                   string
-		eventType, aggregateID string
-		payload, headers       string
-		exchange, routingKey   *string
-		delivered              bool // else dead-lettered
-	}
+// oddRow is an unusual or poisonous outbox row.
+type oddRow struct {
+	name                   string
+	eventType, aggregateID string
+	payload, headers       string
+	exchange, routingKey   *string
+	delivered              bool // else dead-lettered
+}
+
+// oddRows are the rows of scenario 8; aggregate ids tell them apart.
+func oddRows(t *testing.T) []oddRow {
 	str := func(s string) *string { return &s }
 	big, err := json.Marshal(map[string]string{"blob": strings.Repeat("x", 5<<20)})
 	require.NoError(t, err)
-	rows := []row{
+	return []oddRow{
 		{name: "routing key over 255 bytes", eventType: "odd", aggregateID: "1", payload: `{}`, routingKey: str(strings.Repeat("k", 256))},
 		{name: "exchange that does not exist", eventType: "odd", aggregateID: "2", payload: `{}`, exchange: str(testkit.UniqueName("missing"))},
 		{name: "payload of 5 MiB", eventType: "big", aggregateID: "3", payload: string(big), delivered: true},
@@ -42,27 +40,66 @@ func TestPoisonAndOddInput(t *testing.T) {
 			headers: `{"clé": "valeur ✓", "名前": "🚀"}`},
 		{name: "empty event type and aggregate id", eventType: "", aggregateID: "", payload: `{}`, delivered: true},
 	}
+}
 
-	w.insert(tag, 2000)
-	for _, r := range rows {
-		var headers any
-		if r.headers != "" {
-			headers = r.headers
+// Scenario 8: odd and poisonous rows, shuffled, each at a random point
+// among 4,000 ordinary ones. Each fails, if it must, alone: never its
+// batch, the channel or the relay; the rest are delivered once. Three
+// times, each in a fresh outbox.
+func TestPoisonAndOddInput(t *testing.T) {
+	r := rng(t)
+	o := outcome{Scenario: "8 poison and odd input among ordinary rows"}
+	const (
+		tag      = "ordinary"
+		ordinary = 4000
+	)
+	rows := oddRows(t)
+	for range 3 {
+		w := newWorld(t)
+		order := r.Perm(len(rows))
+		cuts := faultPoints(r, len(rows), 0, ordinary)
+		inserted := 0
+		for k, i := range order {
+			w.insert(tag, cuts[k]-inserted)
+			inserted = cuts[k]
+			insertOdd(t, w, rows[i])
 		}
-		testkit.Exec(t, w.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, exchange, routing_key)
-			VALUES ('odd', $1, $2, $3::jsonb, $4::jsonb, $5, $6)`, r.aggregateID, r.eventType, r.payload, headers, r.exchange, r.routingKey)
+		w.insert(tag, ordinary-inserted)
+		started := w.ended(tag)
+		p := w.relay("--max-attempts=2", "--retry-min=100ms", "--retry-max=200ms", "--poll-interval=200ms")
+		w.settle(&o, tag, ordinary, started)
+		checkOdd(t, w, rows)
+		p.Stop(time.Minute)
+		require.NotContains(t, p.Out.String(), "panic")
+		for _, r := range rows {
+			o.Committed++
+			if r.delivered {
+				o.Delivered++
+			} else {
+				o.DeadLettered++
+			}
+		}
+		o.Faults += len(rows)
 	}
-	w.insert(tag, 2000)
-	started := time.Now()
-	p := w.relay("--max-attempts=2", "--retry-min=100ms", "--retry-max=200ms", "--poll-interval=200ms")
+	record(o)
+	require.Zero(t, o.Lost)
+}
 
-	w.settle(&o, tag, 4000, started)
-	deliveredOdd := 0
-	for _, r := range rows {
-		if r.delivered {
-			deliveredOdd++
-		}
+// insertOdd commits one odd row.
+func insertOdd(t *testing.T, w *world, r oddRow) {
+	t.Helper()
+	var headers any
+	if r.headers != "" {
+		headers = r.headers
 	}
+	testkit.Exec(t, w.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, exchange, routing_key)
+		VALUES ('odd', $1, $2, $3::jsonb, $4::jsonb, $5, $6)`, r.aggregateID, r.eventType, r.payload, headers, r.exchange, r.routingKey)
+}
+
+// checkOdd waits until every odd row is settled and checks each one's
+// fate: published and delivered once, or dead-lettered with its reason.
+func checkOdd(t *testing.T, w *world, rows []oddRow) {
+	t.Helper()
 	testkit.WaitFor(t, time.Minute, "every odd row settled", func() bool {
 		return testkit.QueryInt(t, w.pool, `SELECT count(*) FROM outbox WHERE aggregate_type = 'odd' AND status = 'pending'`) == 0
 	})
@@ -73,19 +110,15 @@ func TestPoisonAndOddInput(t *testing.T) {
 		want := "failed"
 		if r.delivered {
 			want = "published"
+		} else {
+			require.NotEmpty(t, lastError, "%s: dead-lettered without a reason", r.name)
 		}
 		require.Equal(t, want, status, "%s: %s", r.name, lastError)
-		t.Logf("%s: %s %s", r.name, status, lastError)
 	}
 	for _, typ := range []string{"big", "null", "headers", "créé-✓", ""} {
-		d, _, _ := w.count.stats(typ)
+		w.count.waitDistinct(t, typ, 1, time.Minute)
+		d, dups := w.count.stats(typ)
 		require.Equal(t, 1, d, "event type %q", typ)
+		require.Zero(t, dups, "event type %q", typ)
 	}
-	p.Stop(time.Minute)
-	require.NotContains(t, p.Out.String(), "panic")
-	o.Committed += len(rows)
-	o.Delivered += deliveredOdd
-	o.DeadLettered += len(rows) - deliveredOdd
-	record(o)
-	require.Zero(t, o.Lost)
 }

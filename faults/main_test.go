@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"go.uber.org/goleak"
@@ -76,8 +76,9 @@ func rng(t *testing.T) *rand.Rand {
 
 // outcome is what one scenario observed over all its runs.
 type outcome struct {
-	Scenario   string
-	Runs       int
+	Scenario string
+	// Faults is how many faults struck, over all runs.
+	Faults     int
 	Committed  int
 	Delivered  int // distinct events
 	Lost       int
@@ -86,6 +87,8 @@ type outcome struct {
 	// failed on purpose: not lost.
 	DeadLettered int
 	Recovery     []time.Duration // per fault: from the fault to the last event delivered
+	// Notes are printed under the table, one line each.
+	Notes []string
 }
 
 var (
@@ -99,8 +102,8 @@ func record(o outcome) {
 	report = append(report, o)
 }
 
-// printReport prints every scenario's outcome as a table, the figures
-// RELIABILITY.md quotes.
+// printReport prints every scenario's outcome as a Markdown table, the
+// figures RELIABILITY.md quotes, and the scenarios' notes under it.
 func printReport() {
 	reportMu.Lock()
 	defer reportMu.Unlock()
@@ -109,17 +112,23 @@ func printReport() {
 	}
 	sort.Slice(report, func(i, j int) bool { return report[i].Scenario < report[j].Scenario })
 	var b strings.Builder
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "scenario\truns\tcommitted\tdelivered\tdead-lettered\tlost\tduplicated\trecovery max\trecovery median\t")
+	fmt.Fprintf(&b, "faults: seed %d\n\n", seed)
+	b.WriteString("| scenario | faults | committed | delivered | dead-lettered | lost | duplicated | recovery max | recovery median |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, o := range report {
 		max, median := "-", "-"
 		if len(o.Recovery) > 0 {
-			r := append([]time.Duration(nil), o.Recovery...)
-			sort.Slice(r, func(i, j int) bool { return r[i] < r[j] })
+			r := slices.Clone(o.Recovery)
+			slices.Sort(r)
 			max, median = r[len(r)-1].Round(time.Millisecond).String(), r[len(r)/2].Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", o.Scenario, o.Runs, o.Committed, o.Delivered, o.DeadLettered, o.Lost, o.Duplicated, max, median)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %s | %s |\n",
+			o.Scenario, o.Faults, o.Committed, o.Delivered, o.DeadLettered, o.Lost, o.Duplicated, max, median)
 	}
-	w.Flush()
-	fmt.Printf("faults: seed %d\n%s", seed, b.String())
+	for _, o := range report {
+		for _, n := range o.Notes {
+			fmt.Fprintf(&b, "\n- %s: %s", o.Scenario, n)
+		}
+	}
+	fmt.Println(b.String())
 }

@@ -40,6 +40,9 @@ func StartProcess(t testing.TB, binary string, env []string, args ...string) *Pr
 	return p
 }
 
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Done is closed once the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 

@@ -1,0 +1,250 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// counter is the counting consumer: it records every delivery by event
+// type and message id, and when each type last saw a new id.
+//
+// Its queue is durable and every delivery is acknowledged only after it is
+// recorded, so the queue survives a broker restart and nothing the relay
+// had confirmed can vanish on the consumer's side: a delivery whose ack was
+// lost with the connection comes back, flagged redelivered. The consumer
+// reconnects by itself whenever its connection drops.
+type counter struct {
+	mu sync.Mutex
+	// seen counts, per type and id, the copies the relay published: the
+	// first delivery, and every later one RabbitMQ did not flag as a
+	// redelivery of its own.
+	seen map[string]map[string]int
+	// arrived holds, per type, when the event whose payload has "n": i
+	// first arrived, at index i-1 (the suite numbers each type's events
+	// from 1 in commit order).
+	arrived     map[string][]time.Time
+	redelivered int // RabbitMQ's redeliveries of a recorded copy (ack lost)
+	reconnects  int
+	conn        *amqp.Connection // the current connection
+	change      chan struct{}
+}
+
+func newCounter(t *testing.T, exchange string) *counter {
+	t.Helper()
+	c := &counter{seen: map[string]map[string]int{}, arrived: map[string][]time.Time{}, change: make(chan struct{}, 1)}
+	queue := testkit.UniqueName("outboxrelay_faults")
+	// The first connection is made here, so that a broker that is not
+	// there fails the test at once; the later ones in the background.
+	conn, deliveries, err := dial(queue, exchange)
+	if err != nil {
+		t.Fatalf("counting consumer: %v", err)
+	}
+	c.conn = conn
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c.record(deliveries)
+			conn.Close()
+			for {
+				conn, deliveries, err = dial(queue, exchange)
+				if err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			c.mu.Lock()
+			c.conn = conn
+			c.reconnects++
+			c.mu.Unlock()
+			if ctx.Err() != nil {
+				conn.Close()
+				return
+			}
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		c.mu.Lock()
+		conn := c.conn
+		c.mu.Unlock()
+		conn.Close() // ends record; a connection dialled after cancel closes itself
+		wg.Wait()
+		if conn, err := amqp.Dial(testkit.AMQPURL()); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(queue, false, false, false)
+			}
+			conn.Close()
+		}
+	})
+	return c
+}
+
+// dial connects, declares the durable queue bound to every routing key of
+// exchange (idempotent) and starts consuming it with manual acks.
+func dial(queue, exchange string) (*amqp.Connection, <-chan amqp.Delivery, error) {
+	conn, err := amqp.Dial(testkit.AMQPURL())
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclare(queue, true, false, false, false, nil)
+	}
+	if err == nil {
+		err = ch.QueueBind(queue, "#", exchange, false, nil)
+	}
+	if err == nil {
+		err = ch.Qos(2000, 0, false)
+	}
+	var deliveries <-chan amqp.Delivery
+	if err == nil {
+		deliveries, err = ch.Consume(queue, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, deliveries, nil
+}
+
+// record counts deliveries, acknowledging them once counted, 256 at a
+// time or after 5 ms without a delivery, until the channel closes with its
+// connection.
+func (c *counter) record(deliveries <-chan amqp.Delivery) {
+	var (
+		last    amqp.Delivery
+		unacked int
+		idle    = time.NewTimer(time.Hour)
+	)
+	defer idle.Stop()
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			c.count(d)
+			last = d
+			if unacked++; unacked >= 256 {
+				_ = last.Ack(true)
+				unacked = 0
+			}
+			idle.Reset(5 * time.Millisecond)
+		case <-idle.C:
+			if unacked > 0 {
+				// A lost ack means a redelivery, which is counted apart.
+				_ = last.Ack(true)
+				unacked = 0
+			}
+		}
+	}
+}
+
+// count records one delivery.
+func (c *counter) count(d amqp.Delivery) {
+	c.mu.Lock()
+	ids := c.seen[d.Type]
+	if ids == nil {
+		ids = map[string]int{}
+		c.seen[d.Type] = ids
+	}
+	switch {
+	case ids[d.MessageId] == 0:
+		ids[d.MessageId] = 1
+		var body struct{ N int }
+		if json.Unmarshal(d.Body, &body) == nil && body.N > 0 {
+			at := c.arrived[d.Type]
+			for len(at) < body.N {
+				at = append(at, time.Time{})
+			}
+			at[body.N-1] = time.Now()
+			c.arrived[d.Type] = at
+		}
+	case d.Redelivered:
+		c.redelivered++
+	default:
+		ids[d.MessageId]++
+	}
+	c.mu.Unlock()
+	select {
+	case c.change <- struct{}{}:
+	default:
+	}
+}
+
+// stats returns the distinct events of type tag delivered and the
+// duplicate copies the relay published.
+func (c *counter) stats(tag string) (distinct, duplicates int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.seen[tag] {
+		distinct++
+		duplicates += n - 1
+	}
+	return distinct, duplicates
+}
+
+// caughtUp is when the last of events 1 to upto of type tag arrived, and
+// whether all of them have.
+func (c *counter) caughtUp(tag string, upto int) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.arrived[tag]
+	if len(at) < upto {
+		return time.Time{}, false
+	}
+	var last time.Time
+	for _, t := range at[:upto] {
+		if t.IsZero() {
+			return time.Time{}, false
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last, true
+}
+
+// distinct is how many distinct events of type tag arrived.
+func (c *counter) distinct(tag string) int {
+	d, _ := c.stats(tag)
+	return d
+}
+
+// waitDistinct waits until at least n distinct events of type tag arrived,
+// and fails the test if they do not within timeout.
+func (c *counter) waitDistinct(t *testing.T, tag string, n int, timeout time.Duration) {
+	t.Helper()
+	if !c.awaitDistinct(tag, n, timeout) {
+		t.Fatalf("%s: %d of %d events delivered within %s", tag, c.distinct(tag), n, timeout)
+	}
+}
+
+// awaitDistinct waits until at least n distinct events of type tag
+// arrived, and reports whether they did within timeout.
+func (c *counter) awaitDistinct(tag string, n int, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for c.distinct(tag) < n {
+		select {
+		case <-c.change:
+		case <-deadline.C:
+			return false
+		}
+	}
+	return true
+}
