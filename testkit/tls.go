@@ -168,3 +168,11 @@ func writeKey(t testing.TB, dir, name string, key *ecdsa.PrivateKey) string {
 	}
 	return writePEM(t, dir, name, "EC PRIVATE KEY", der)
 }
+
+// NewCAFile writes the certificate of a fresh CA, one that signs nothing,
+// as PEM into the test's temp directory and returns its path.
+func NewCAFile(t testing.TB) string {
+	t.Helper()
+	ca, _ := newCA(t, "outboxrelay unrelated CA")
+	return writePEM(t, t.TempDir(), "unrelated-ca.pem", "CERTIFICATE", ca.Raw)
+}

@@ -70,3 +70,46 @@ func TestBadTLSSettingsFailAtStartUp(t *testing.T) {
 	require.Contains(t, stderr, "need an amqps:// URL")
 	require.EqualValues(t, 5, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE attempts = 0 AND lease_id IS NULL`))
 }
+
+// The relay reaches PostgreSQL with sslmode=verify-full when DATABASE_URL
+// says so: every one of its sessions, the pool's and the listener's, is
+// encrypted, and a certificate it cannot verify (an unknown CA, or a host
+// name the certificate is not for) stops it at start-up, exit code 2.
+func TestRelayConnectsToPostgresWithVerifyFull(t *testing.T) {
+	t.Parallel()
+	rootCert, host := testkit.PostgresTLS(t)
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+
+	p := startRelay(t, relayEnv(testkit.WithTLS(t, dbURL, rootCert, host), exchange), "--no-migrate")
+	testkit.InsertEvents(t, pool, 20)
+	queue.Receive(t, 20, 30*time.Second)
+	sessions := func(ssl bool) int64 {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+			WHERE a.datname = current_database() AND a.application_name LIKE 'outboxrelay%' AND s.ssl = $1`, ssl)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the listener's session", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name = 'outboxrelay-listener'`) == 1
+	})
+	require.Zero(t, sessions(false), "a relay session without TLS")
+	require.GreaterOrEqual(t, sessions(true), int64(2), "the pool's and the listener's sessions")
+	p.Stop(60 * time.Second)
+
+	for _, tc := range []struct {
+		name, url string
+	}{
+		{"unknown CA", testkit.WithTLS(t, dbURL, testkit.NewCAFile(t), host)},
+		{"host name not in the certificate", testkit.WithTLS(t, dbURL, rootCert, "127.0.0.1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runOnce(t, relayEnv(tc.url, exchange), "--no-migrate")
+			require.Equal(t, 2, code, stderr)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			last := lines[len(lines)-1]
+			require.Contains(t, last, "PostgreSQL")
+			require.Contains(t, last, "certificate")
+		})
+	}
+}
