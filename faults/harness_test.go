@@ -39,9 +39,16 @@ func (w *world) relay(args ...string) *testkit.Process {
 // relayVia starts a relay that reaches RabbitMQ at amqpURL (a proxy).
 func (w *world) relayVia(amqpURL string, args ...string) *testkit.Process {
 	w.t.Helper()
+	return w.relayThrough(w.url, amqpURL, args...)
+}
+
+// relayThrough starts a relay that reaches PostgreSQL at databaseURL and
+// RabbitMQ at amqpURL (either may be a proxy).
+func (w *world) relayThrough(databaseURL, amqpURL string, args ...string) *testkit.Process {
+	w.t.Helper()
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
-		"DATABASE_URL=" + w.url,
+		"DATABASE_URL=" + databaseURL,
 		"AMQP_URL=" + amqpURL,
 		"OUTBOX_EXCHANGE=" + w.exchange,
 		"OUTBOX_LOG_FORMAT=json",
