@@ -10,6 +10,12 @@
 // to rescue them; a late mark from the relay that lost its lease is still
 // correct, because a confirmed publish is a delivered event.
 //
+// Extend renews a lease still held, for a batch that is slow to settle.
+//
+// A claim takes at most its limit of rows and, counting their payloads and
+// headers, at most Config.MaxBatchBytes (but always one row): a backlog of
+// large events never comes into memory at once.
+//
 // Several relays, and several workers inside one, claim disjoint rows.
 //
 // The table, its column names and its status values come from Config, so an

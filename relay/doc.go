@@ -13,6 +13,13 @@
 // below half of it, it opens the gate, waits out the producers that saw it
 // closed, and claims once more, so no wake-up is lost.
 //
+// A batch holds its rows by a lease, which the relay renews from half-way
+// through for as long as the batch is in flight (a broker that blocks the
+// connection, a slow link, a mark retried), so a live relay's rows never
+// pass to another claim; a lapsed lease can cost a duplicate, never an
+// event. Memory is bounded by what is in flight: Config.Workers batches,
+// each at most BatchSize events and the claim store's byte budget.
+//
 // A row is marked published only after RabbitMQ confirmed it and did not
 // return it. Failed rows go back on the claim store's retry schedule, or are
 // dead-lettered when they can never succeed. On shutdown the relay stops
