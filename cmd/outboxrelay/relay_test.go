@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/testkit"
@@ -174,4 +175,42 @@ func schemaOf(t *testing.T, dbURL, table string) string {
 		FROM information_schema.columns WHERE table_name = '`+table+`'`,
 		"-c", `SELECT string_agg(indexdef, E'\n' ORDER BY indexname) FROM pg_indexes WHERE tablename = '`+table+`'`,
 		"-c", `SELECT string_agg(pg_get_triggerdef(oid), E'\n' ORDER BY tgname) FROM pg_trigger WHERE tgrelid = '`+table+`'::regclass`)
+}
+
+// Names from configuration are quoted identifiers end to end: a schema, a
+// table and a channel whose names hold quotes, semicolons and SQL are
+// installed by the drop-in script and relayed by the binary, with the
+// fallback poll an hour away so that the hostile channel's notifications
+// must wake the relay, and nothing else in the database is touched.
+func TestHostileNamesCannotInjectSQL(t *testing.T) {
+	t.Parallel()
+	dbURL := testkit.NewDatabase(t)
+	pool := testkit.NewPool(t, dbURL)
+	testkit.Exec(t, pool, `CREATE TABLE canary (id int)`)
+	const (
+		schema  = `s"; DROP TABLE canary; --`
+		table   = `t'); DROP TABLE canary; --`
+		channel = `c"; NOTIFY x; --`
+	)
+	testkit.Exec(t, pool, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize())
+	testkit.Exec(t, pool, `CREATE TABLE `+pgx.Identifier{schema, table}.Sanitize()+` (
+		id bigint GENERATED ALWAYS AS IDENTITY, aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+		event_type text NOT NULL, payload jsonb NOT NULL)`)
+	psql(t, dbURL, "-v", "schema="+schema, "-v", "table="+table, "-v", "channel="+channel,
+		"-v", "id_column=id", "-f", "../../sql/outboxrelay_install.sql")
+
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	r := startRelay(t, relayEnv(dbURL, exchange), "--no-migrate", "--table="+schema+"."+table,
+		"--channel="+channel, "--poll-interval=1h")
+	testkit.WaitFor(t, 10*time.Second, "the relay listening", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name = 'outboxrelay-listener' AND query LIKE 'listen %'`) == 1
+	})
+	testkit.Exec(t, pool, `INSERT INTO `+pgx.Identifier{schema, table}.Sanitize()+` (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', i::text, 'created', '{}' FROM generate_series(1, 20) i`)
+	queue.Receive(t, 20, 30*time.Second)
+	r.Stop(60 * time.Second)
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'canary'`))
+	require.Equal(t, int64(20), testkit.QueryInt(t, pool, `SELECT count(*) FROM `+pgx.Identifier{schema, table}.Sanitize()+` WHERE status = 'published'`))
 }
