@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"go.uber.org/goleak"
 
@@ -110,7 +111,16 @@ func printReport() {
 	if len(report) == 0 {
 		return
 	}
-	sort.Slice(report, func(i, j int) bool { return report[i].Scenario < report[j].Scenario })
+	// By scenario number (1, 2, … 10), then letter.
+	key := func(s string) (int, string) {
+		n, _ := strconv.Atoi(strings.TrimRightFunc(strings.Fields(s)[0], unicode.IsLetter))
+		return n, s
+	}
+	sort.Slice(report, func(i, j int) bool {
+		ni, si := key(report[i].Scenario)
+		nj, sj := key(report[j].Scenario)
+		return ni < nj || ni == nj && si < sj
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "faults: seed %d\n\n", seed)
 	b.WriteString("| scenario | faults | committed | delivered | dead-lettered | lost | duplicated | recovery max | recovery median |\n")
