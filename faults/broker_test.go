@@ -17,80 +17,14 @@ import (
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
-// brokerRuns is how many times each broker fault is played.
-const brokerRuns = 2
-
-// brokerEvents is how many events stream in during one broker fault.
-const brokerEvents = 30000
-
-// brokerFault takes RabbitMQ away from a relay and gives it back.
-type brokerFault struct {
-	scenario, name string
-	// setup prepares one run: the broker URL the relay uses, and the
-	// fault and its repair.
-	setup func(t *testing.T) (amqpURL string, fault, repair func())
-	// duration is how long the fault lasts.
-	duration func(r *rand.Rand) time.Duration
-	// during, if set, watches the relay while the fault lasts, until
-	// over; it replaces a plain wait.
-	during func(t *testing.T, w *world, p *testkit.Process, tag string, over <-chan time.Time)
-	// exactlyOnce requires no duplicates: the fault cuts no connection.
-	exactlyOnce bool
-	// args are the relay's flags; default crashArgs.
-	args []string
-}
-
-// play streams 30,000 events at 5,000/s into a relay, strikes it with the
-// fault at a random point, repairs it, and requires every event to arrive.
-func (f brokerFault) play(t *testing.T) {
-	w := newWorld(t)
-	r := rng(t)
-	o := outcome{Scenario: f.scenario}
-	for run := range brokerRuns {
-		tag := fmt.Sprintf("%s-%d", f.name, run)
-		amqpURL, fault, repair := f.setup(t)
-		args := f.args
-		if args == nil {
-			args = crashArgs
-		}
-		p := w.relayVia(amqpURL, args...)
-		wait := w.stream(tag, brokerEvents)
-		at := 1000 + r.IntN(5000)
-		w.waitPublished(tag, at, time.Minute)
-		d := f.duration(r)
-		fault()
-		over := time.After(d)
-		if f.during != nil {
-			f.during(t, w, p, tag, over)
-		} else {
-			<-over
-		}
-		repair()
-		end := w.ended(tag)
-		o.Faults++
-		t.Logf("%s: fault after %d events published, lasted %s", tag, at, d.Round(time.Millisecond))
-		wait()
-		w.settle(&o, tag, brokerEvents, end)
-		p.Stop(time.Minute)
-	}
-	record(o)
-	require.Zero(t, o.Lost)
-	if f.exactlyOnce {
-		require.Zero(t, o.Duplicated, "nothing was cut: no event may be published twice")
-	}
-}
-
-// tenSeconds is the outage the issue asks for.
-func tenSeconds(*rand.Rand) time.Duration { return 10 * time.Second }
-
 // Scenario 4a: RabbitMQ refuses connections for 10 s; the relay waits,
 // reconnects and catches up.
 func TestBrokerUnreachable(t *testing.T) {
-	brokerFault{
+	outage{
 		scenario: "4a RabbitMQ unreachable for 10 s (refused)", name: "refused", duration: tenSeconds,
-		setup: func(t *testing.T) (string, func(), func()) {
+		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
 			proxy, amqpURL := testkit.NewAMQPProxy(t)
-			return amqpURL, proxy.Cut, proxy.Restore
+			return w.url, amqpURL, proxy.Cut, proxy.Restore
 		},
 	}.play(t)
 }
@@ -99,11 +33,11 @@ func TestBrokerUnreachable(t *testing.T) {
 // closing anything for 10 s, so only the relay's timeouts and heartbeats
 // can notice; then it forwards again.
 func TestBrokerSilentPartition(t *testing.T) {
-	brokerFault{
+	outage{
 		scenario: "4b RabbitMQ behind a silent partition for 10 s", name: "partition", duration: tenSeconds,
-		setup: func(t *testing.T) (string, func(), func()) {
+		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
 			proxy, amqpURL := testkit.NewAMQPProxy(t)
-			return amqpURL, proxy.Blackhole, proxy.Heal
+			return w.url, amqpURL, proxy.Blackhole, proxy.Heal
 		},
 	}.play(t)
 }
@@ -113,11 +47,11 @@ func TestBrokerSilentPartition(t *testing.T) {
 // port refuses while it is down, and what it had confirmed survives in the
 // durable queue.
 func TestBrokerRestarted(t *testing.T) {
-	brokerFault{
+	outage{
 		scenario: "4c RabbitMQ restarted (stop_app, start_app)", name: "restart",
 		duration: func(r *rand.Rand) time.Duration { return 2*time.Second + time.Duration(r.Int64N(int64(6*time.Second))) },
-		setup: func(t *testing.T) (string, func(), func()) {
-			return testkit.AMQPURL(), func() { stopRabbitMQ(t) }, func() { startRabbitMQ(t) }
+		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
+			return w.url, testkit.AMQPURL(), func() { stopRabbitMQ(t) }, func() { startRabbitMQ(t) }
 		},
 	}.play(t)
 }
@@ -128,11 +62,11 @@ func TestBrokerRestarted(t *testing.T) {
 // alarm clears. No connection is cut, so no event may arrive twice: the
 // batch in flight waits for its confirmations, holding its lease.
 func TestMemoryAlarm(t *testing.T) {
-	brokerFault{
+	outage{
 		scenario: "5 RabbitMQ memory alarm", name: "alarm",
 		duration: func(r *rand.Rand) time.Duration { return 5*time.Second + time.Duration(r.Int64N(int64(5*time.Second))) },
-		setup: func(t *testing.T) (string, func(), func()) {
-			return testkit.AMQPURL(), func() { raiseMemoryAlarm(t) }, func() { clearMemoryAlarm(t) }
+		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
+			return w.url, testkit.AMQPURL(), func() { raiseMemoryAlarm(t) }, func() { clearMemoryAlarm(t) }
 		},
 		during:      watchBlockedRelay,
 		exactlyOnce: true,

@@ -105,30 +105,14 @@ func TestPostgresConnectionsTerminatedAndRestarted(t *testing.T) {
 // listener's heartbeat can notice. Producers write straight to the
 // database all along. Twice.
 func TestPostgresSilentPartition(t *testing.T) {
-	w := newWorld(t)
-	r := rng(t)
-	o := outcome{Scenario: "6b PostgreSQL behind a silent partition for 10 s"}
-	const events = 30000
-	for run := range 2 {
-		tag := fmt.Sprintf("pg-partition-%d", run)
-		u, err := url.Parse(w.url)
-		require.NoError(t, err)
-		proxy := testkit.NewProxy(t, u.Host)
-		u.Host = proxy.Addr()
-		p := w.relayThrough(u.String(), testkit.AMQPURL(), crashArgs...)
-		wait := w.stream(tag, events)
-		at := 1000 + r.IntN(5000)
-		w.waitPublished(tag, at, time.Minute)
-		proxy.Blackhole()
-		<-time.After(10 * time.Second) // the partition
-		proxy.Heal()
-		end := w.ended(tag)
-		o.Faults++
-		t.Logf("%s: partition after %d events published", tag, at)
-		wait()
-		w.settle(&o, tag, events, end)
-		p.Stop(time.Minute)
-	}
-	record(o)
-	require.Zero(t, o.Lost)
+	outage{
+		scenario: "6b PostgreSQL behind a silent partition for 10 s", name: "pg-partition", duration: tenSeconds,
+		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
+			u, err := url.Parse(w.url)
+			require.NoError(t, err)
+			proxy := testkit.NewProxy(t, u.Host)
+			u.Host = proxy.Addr()
+			return u.String(), testkit.AMQPURL(), proxy.Blackhole, proxy.Heal
+		},
+	}.play(t)
 }

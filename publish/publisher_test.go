@@ -395,6 +395,50 @@ func proxied(t *testing.T, cfg Config) (*Publisher, *testkit.Proxy) {
 	return p, proxy
 }
 
+// warm runs p, binds a queue to its exchange and publishes a batch through
+// it, which leaves a confirm channel in the pool: a test can then hold or
+// black-hole the link without a channel having to be opened through it.
+func warm(t *testing.T, p *Publisher) *testkit.Queue {
+	t.Helper()
+	run(t, p)
+	q := testkit.NewQueue(t, p.cfg.Exchange, "#")
+	msgs := batch(10, "k")
+	requireAllNil(t, publish(t, p, msgs))
+	receive(t, q, msgs)
+	return q
+}
+
+// publishSent publishes msgs in the background and returns once the batch
+// is sent (sent is signalled by p.afterSend); its result comes on the
+// channel returned.
+func publishSent(t *testing.T, p *Publisher, msgs []Message, sent <-chan struct{}) <-chan []error {
+	t.Helper()
+	result := make(chan []error, 1)
+	go func() { result <- p.Publish(context.Background(), msgs) }()
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("batch not sent")
+	}
+	return result
+}
+
+// publishAfterReconnect publishes small batches until one gets through
+// on the publisher's new connection (a fresh connection on a busy machine
+// may miss a short confirm deadline).
+func publishAfterReconnect(t *testing.T, p *Publisher) {
+	t.Helper()
+	testkit.WaitFor(t, 15*time.Second, "publish after reconnect", func() bool {
+		waitReady(t, p)
+		for _, err := range p.Publish(context.Background(), batch(2, "k")) {
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func (p *Publisher) connected() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -418,23 +462,13 @@ func TestConnectionCutMidBatch(t *testing.T) {
 		default:
 		}
 	}
-	run(t, p)
-	q := testkit.NewQueue(t, p.cfg.Exchange, "#")
-	warm := batch(10, "k") // leaves a channel in the pool
-	requireAllNil(t, publish(t, p, warm))
-	receive(t, q, warm)
+	q := warm(t, p)
 
 	// Hold everything in the proxy so nothing is confirmed, send a batch,
 	// and cut the connection while its confirmations are awaited.
 	proxy.Blackhole()
 	msgs := batch(200, "k")
-	result := make(chan []error, 1)
-	go func() { result <- p.Publish(context.Background(), msgs) }()
-	select {
-	case <-sentC:
-	case <-time.After(10 * time.Second):
-		t.Fatal("batch not sent")
-	}
+	result := publishSent(t, p, msgs, sentC)
 	begin := time.Now()
 	proxy.Cut()
 	var errs []error
@@ -470,9 +504,7 @@ func TestConnectionCutMidBatch(t *testing.T) {
 func TestConfirmTimeout(t *testing.T) {
 	t.Parallel()
 	p, proxy := proxied(t, Config{ConfirmTimeout: 300 * time.Millisecond})
-	run(t, p)
-	testkit.NewQueue(t, p.cfg.Exchange, "#")
-	requireAllNil(t, publish(t, p, batch(10, "k"))) // leaves a channel in the pool
+	warm(t, p)
 
 	proxy.Blackhole()
 	begin := time.Now()
@@ -499,15 +531,7 @@ func TestConfirmTimeout(t *testing.T) {
 	proxy.Cut()
 	proxy.Heal()
 	proxy.Restore()
-	testkit.WaitFor(t, 15*time.Second, "publish after reconnect", func() bool {
-		waitReady(t, p)
-		for _, err := range p.Publish(context.Background(), batch(2, "k")) {
-			if err != nil {
-				return false
-			}
-		}
-		return true
-	})
+	publishAfterReconnect(t, p)
 }
 
 func TestWaitReadyWhileCut(t *testing.T) {
@@ -710,23 +734,13 @@ func TestBlockedConnectionHoldsItsBatch(t *testing.T) {
 		}
 		sent <- struct{}{}
 	}
-	run(t, p)
-	q := testkit.NewQueue(t, p.cfg.Exchange, "#")
-	warm := batch(10, "k") // leaves a channel in the pool
-	requireAllNil(t, publish(t, p, warm))
-	receive(t, q, warm)
+	q := warm(t, p)
 	<-sent
 
 	block.Store(true)
 	proxy.Hold()
 	msgs := batch(100, "k")
-	result := make(chan []error, 1)
-	go func() { result <- p.Publish(context.Background(), msgs) }()
-	select {
-	case <-sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("batch not sent")
-	}
+	result := publishSent(t, p, msgs, sent)
 	// Ten confirm timeouts pass while blocked; nothing may fail.
 	select {
 	case errs := <-result:
@@ -755,9 +769,7 @@ func TestPublishStalledOnBlockedConnectionEndsWithItsContext(t *testing.T) {
 	t.Parallel()
 	// A deadline long enough to see the publish stall before it passes.
 	p, proxy := proxied(t, Config{ConfirmTimeout: 2 * time.Second})
-	run(t, p)
-	testkit.NewQueue(t, p.cfg.Exchange, "#")
-	requireAllNil(t, publish(t, p, batch(1, "k"))) // leaves a channel in the pool
+	warm(t, p)
 	p.mu.Lock()
 	wire := p.wire
 	p.mu.Unlock()
@@ -800,15 +812,5 @@ func TestPublishStalledOnBlockedConnectionEndsWithItsContext(t *testing.T) {
 		defer p.mu.Unlock()
 		return p.conn != nil && p.wire != wire
 	})
-	// A fresh connection on a busy machine: publish until a batch gets
-	// through.
-	testkit.WaitFor(t, 15*time.Second, "publish after reconnect", func() bool {
-		waitReady(t, p)
-		for _, err := range p.Publish(context.Background(), batch(2, "k")) {
-			if err != nil {
-				return false
-			}
-		}
-		return true
-	})
+	publishAfterReconnect(t, p)
 }
