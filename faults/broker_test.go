@@ -22,10 +22,7 @@ import (
 func TestBrokerUnreachable(t *testing.T) {
 	outage{
 		scenario: "4a RabbitMQ unreachable for 10 s (refused)", name: "refused", duration: tenSeconds,
-		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
-			proxy, amqpURL := testkit.NewAMQPProxy(t)
-			return w.url, amqpURL, proxy.Cut, proxy.Restore
-		},
+		setup: viaAMQPProxy((*testkit.Proxy).Cut, (*testkit.Proxy).Restore),
 	}.play(t)
 }
 
@@ -35,10 +32,7 @@ func TestBrokerUnreachable(t *testing.T) {
 func TestBrokerSilentPartition(t *testing.T) {
 	outage{
 		scenario: "4b RabbitMQ behind a silent partition for 10 s", name: "partition", duration: tenSeconds,
-		setup: func(t *testing.T, w *world) (string, string, func(), func()) {
-			proxy, amqpURL := testkit.NewAMQPProxy(t)
-			return w.url, amqpURL, proxy.Blackhole, proxy.Heal
-		},
+		setup: viaAMQPProxy((*testkit.Proxy).Blackhole, (*testkit.Proxy).Heal),
 	}.play(t)
 }
 

@@ -31,16 +31,17 @@ type counter struct {
 	// arrived holds, per type, when the event whose payload has "n": i
 	// first arrived, at index i-1 (the suite numbers each type's events
 	// from 1 in commit order).
-	arrived     map[string][]time.Time
-	redelivered int // RabbitMQ's redeliveries of a recorded copy (ack lost)
-	reconnects  int
+	arrived map[string][]time.Time
+	// redelivered counts, per type, RabbitMQ's redeliveries of a copy
+	// already recorded (its ack was lost with the connection).
+	redelivered map[string]int
 	conn        *amqp.Connection // the current connection
 	change      chan struct{}
 }
 
 func newCounter(t *testing.T, exchange string) *counter {
 	t.Helper()
-	c := &counter{seen: map[string]map[string]int{}, arrived: map[string][]time.Time{}, change: make(chan struct{}, 1)}
+	c := &counter{seen: map[string]map[string]int{}, arrived: map[string][]time.Time{}, redelivered: map[string]int{}, change: make(chan struct{}, 1)}
 	queue := testkit.UniqueName("outboxrelay_faults")
 	// The first connection is made here, so that a broker that is not
 	// there fails the test at once; the later ones in the background.
@@ -68,7 +69,6 @@ func newCounter(t *testing.T, exchange string) *counter {
 			}
 			c.mu.Lock()
 			c.conn = conn
-			c.reconnects++
 			c.mu.Unlock()
 			if ctx.Err() != nil {
 				conn.Close()
@@ -175,7 +175,7 @@ func (c *counter) count(d amqp.Delivery) {
 			c.arrived[d.Type] = at
 		}
 	case d.Redelivered:
-		c.redelivered++
+		c.redelivered[d.Type]++
 	default:
 		ids[d.MessageId]++
 	}
@@ -184,6 +184,14 @@ func (c *counter) count(d amqp.Delivery) {
 	case c.change <- struct{}{}:
 	default:
 	}
+}
+
+// redeliveries is how many copies of events of type tag RabbitMQ
+// delivered again because their ack was lost: not relay duplicates.
+func (c *counter) redeliveries(tag string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.redelivered[tag]
 }
 
 // stats returns the distinct events of type tag delivered and the

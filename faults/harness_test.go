@@ -67,12 +67,19 @@ type faultEnd struct {
 func (w *world) ended(tag string) faultEnd {
 	w.t.Helper()
 	at := time.Now()
-	committed := -1
+	return faultEnd{at: at, committed: w.committed(tag)}
+}
+
+// committed is how many events of type tag the table holds, asked until
+// the database answers (it may be restarting).
+func (w *world) committed(tag string) int {
+	w.t.Helper()
+	n := -1
 	testkit.WaitFor(w.t, time.Minute, tag+": count the committed events", func() bool {
-		committed = w.rows(tag)
-		return committed >= 0
+		n = w.rows(tag)
+		return n >= 0
 	})
-	return faultEnd{at: at, committed: committed}
+	return n
 }
 
 // settle waits until every event of tag is marked published and
@@ -84,11 +91,7 @@ func (w *world) ended(tag string) faultEnd {
 // every event committed by then had arrived.
 func (w *world) settle(o *outcome, tag string, n int, fault faultEnd) {
 	w.t.Helper()
-	committed := -1
-	testkit.WaitFor(w.t, time.Minute, tag+": count the committed events", func() bool {
-		committed = w.rows(tag)
-		return committed >= 0
-	})
+	committed := w.committed(tag)
 	if committed < n {
 		w.t.Fatalf("%s: the table holds %d events, the producer committed %d", tag, committed, n)
 	}
@@ -99,8 +102,8 @@ func (w *world) settle(o *outcome, tag string, n int, fault faultEnd) {
 	if caughtUp, ok := w.count.caughtUp(tag, fault.committed); ok {
 		recovery = max(0, caughtUp.Sub(fault.at)) // zero: all had arrived when the fault ended
 	}
-	w.t.Logf("%s: %d committed, %d delivered, %d duplicates; the %d committed by the fault's end all arrived %s after it",
-		tag, committed, distinct, dups, fault.committed, recovery.Round(time.Millisecond))
+	w.t.Logf("%s: %d committed, %d delivered, %d duplicates (and %d redelivered by RabbitMQ); the %d committed by the fault's end all arrived %s after it",
+		tag, committed, distinct, dups, w.count.redeliveries(tag), fault.committed, recovery.Round(time.Millisecond))
 	if !arrived {
 		w.t.Errorf("%s: %d of %d committed events never arrived", tag, committed-distinct, committed)
 	}

@@ -78,5 +78,14 @@ func (f outage) play(t *testing.T) {
 	}
 }
 
+// viaAMQPProxy is an outage's setup in which the relay reaches RabbitMQ
+// through a proxy that fault breaks and repair mends.
+func viaAMQPProxy(fault, repair func(*testkit.Proxy)) func(*testing.T, *world) (string, string, func(), func()) {
+	return func(t *testing.T, w *world) (string, string, func(), func()) {
+		proxy, amqpURL := testkit.NewAMQPProxy(t)
+		return w.url, amqpURL, func() { fault(proxy) }, func() { repair(proxy) }
+	}
+}
+
 // tenSeconds is the outage the issue asks for.
 func tenSeconds(*rand.Rand) time.Duration { return 10 * time.Second }

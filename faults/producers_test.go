@@ -89,7 +89,6 @@ func TestRelayDownUnderProducerLoad(t *testing.T) {
 // load is a set of producers committing one event per transaction at
 // producerRate in all, with per-phase commit latencies.
 type load struct {
-	tag    string
 	sent   atomic.Int64
 	errors atomic.Int64
 	stopC  chan struct{}
@@ -119,7 +118,7 @@ func (p *phase) String() string {
 }
 
 func startProducers(pool *pgxpool.Pool, tag string) *load {
-	l := &load{tag: tag, stopC: make(chan struct{}), phases: []*phase{{start: time.Now()}}}
+	l := &load{stopC: make(chan struct{}), phases: []*phase{{start: time.Now()}}}
 	interval := time.Second * producers / producerRate
 	for range producers {
 		l.wg.Go(func() {
