@@ -118,7 +118,60 @@ type Config struct {
 	// Jitter returns a number in [0, 1) for the retry jitter. Default
 	// math/rand/v2.Float64; tests may pin it.
 	Jitter func() float64
+
+	// Ordering is OrderNone (default: events are claimed oldest first,
+	// whatever their aggregate) or OrderAggregate (each aggregate's events
+	// are claimed in id order, and an aggregate is claimable only while no
+	// earlier event of it is in flight, backing off or, under DeadLetterBlock,
+	// dead-lettered). Ordered claims need an index on OrderingKey then ID;
+	// Check proves it exists.
+	Ordering Ordering
+	// OrderingKey names the columns that identify an aggregate in ordered
+	// mode. Default: Columns.AggregateType and Columns.AggregateID.
+	OrderingKey []string
+	// OrderedDeadLetter decides what a dead-lettered event does to the
+	// later events of its aggregate in ordered mode: DeadLetterBlock
+	// (default) holds them until the failed event is requeued or deleted;
+	// DeadLetterContinue lets the next one go.
+	OrderedDeadLetter DeadLetterPolicy
+	// OrderedDesign picks how an ordered claim finds the aggregates it may
+	// claim: "keyscan" (default), a round-robin walk over the ordering index
+	// that costs one index descent per aggregate passed; or "distinct",
+	// seed 003's DISTINCT ON over every pending row, kept for the benchmark
+	// that compares the two.
+	OrderedDesign string
 }
+
+// Ordering is the claim order; see Config.Ordering.
+type Ordering string
+
+// The orderings.
+const (
+	OrderNone      Ordering = "none"
+	OrderAggregate Ordering = "aggregate"
+)
+
+// DeadLetterPolicy is what a dead-lettered event does to its aggregate in
+// ordered mode; see Config.OrderedDeadLetter.
+type DeadLetterPolicy string
+
+// The dead-letter policies.
+const (
+	DeadLetterBlock    DeadLetterPolicy = "block"
+	DeadLetterContinue DeadLetterPolicy = "continue"
+)
+
+// The ordered designs; see Config.OrderedDesign.
+const (
+	DesignKeyscan  = "keyscan"
+	DesignDistinct = "distinct"
+)
+
+// WithDefaults returns the configuration with every default filled in.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
+// Ordered reports whether claims keep each aggregate's order.
+func (c Config) Ordered() bool { return c.withDefaults().Ordering == OrderAggregate }
 
 // statusValue limits status values to what can be written as a SQL literal
 // without escaping, so the claim's predicate matches the partial index.
@@ -134,6 +187,12 @@ func (c Config) withDefaults() Config {
 	c.RetryMax = cmp.Or(c.RetryMax, 5*time.Minute)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, 10*time.Second)
 	c.MaxBatchBytes = cmp.Or(c.MaxBatchBytes, 16<<20)
+	c.Ordering = cmp.Or(c.Ordering, OrderNone)
+	if len(c.OrderingKey) == 0 {
+		c.OrderingKey = []string{c.Columns.AggregateType, c.Columns.AggregateID}
+	}
+	c.OrderedDeadLetter = cmp.Or(c.OrderedDeadLetter, DeadLetterBlock)
+	c.OrderedDesign = cmp.Or(c.OrderedDesign, DesignKeyscan)
 	return c
 }
 
@@ -171,6 +230,24 @@ func (c Config) Validate() error {
 		return fmt.Errorf("claim: QueryTimeout %s: must be positive", c.QueryTimeout)
 	case c.MaxBatchBytes < 1:
 		return fmt.Errorf("claim: MaxBatchBytes %d: must be at least 1", c.MaxBatchBytes)
+	case c.Ordering != OrderNone && c.Ordering != OrderAggregate:
+		return fmt.Errorf("claim: Ordering %q: want %q or %q", c.Ordering, OrderNone, OrderAggregate)
+	case c.OrderedDeadLetter != DeadLetterBlock && c.OrderedDeadLetter != DeadLetterContinue:
+		return fmt.Errorf("claim: OrderedDeadLetter %q: want %q or %q", c.OrderedDeadLetter, DeadLetterBlock, DeadLetterContinue)
+	case c.OrderedDesign != DesignKeyscan && c.OrderedDesign != DesignDistinct:
+		return fmt.Errorf("claim: OrderedDesign %q: want %q or %q", c.OrderedDesign, DesignKeyscan, DesignDistinct)
+	}
+	seen := map[string]bool{}
+	for _, col := range c.OrderingKey {
+		switch {
+		case col == "" || strings.ContainsRune(col, 0):
+			return fmt.Errorf("claim: OrderingKey %q: want column names, none empty", c.OrderingKey)
+		case seen[col]:
+			return fmt.Errorf("claim: OrderingKey %q: column %q is named twice", c.OrderingKey, col)
+		case col == c.Columns.ID:
+			return fmt.Errorf("claim: OrderingKey %q: the id column %q orders events within an aggregate and cannot be part of its key", c.OrderingKey, col)
+		}
+		seen[col] = true
 	}
 	return nil
 }

@@ -18,6 +18,19 @@
 //
 // Several relays, and several workers inside one, claim disjoint rows.
 //
+// With Config.Ordering OrderAggregate, claims keep each aggregate's order
+// (the aggregate is named by Config.OrderingKey). An aggregate's head is
+// its first pending row by id (or failed row, under DeadLetterBlock), and
+// an aggregate is claimable only while its head is due: a head that is
+// leased, backing off or dead-lettered blocks its aggregate through the
+// rows alone, with no lock held and no state beside the table, so a relay
+// that dies holding a head blocks the aggregate only until its lease
+// expires. A claim takes a run of consecutive due rows from each of many
+// claimable aggregates, found by a round-robin walk over the ordering
+// index (see ordered.sql), and returns each event's OrderingKey, so the
+// caller can publish each run in order. Unblocks tells the caller whether
+// a failure lets the rest of its run go.
+//
 // The table, its column names and its status values come from Config, so an
 // existing outbox table (see the sql folder) can be used as it is. Identifiers
 // are quoted with pgx.Identifier; statements are rendered once, at New.

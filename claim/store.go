@@ -22,6 +22,9 @@ import (
 //go:embed queries.sql
 var queriesSQL string
 
+//go:embed ordered.sql
+var orderedSQL string
+
 // DB is what the store needs of a connection pool; *pgxpool.Pool has it.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -41,6 +44,10 @@ type Event struct {
 	RoutingKey    string // "" for the default routing key
 	CreatedAt     time.Time
 	Attempts      int // this claim included
+	// OrderingKey identifies the event's aggregate in ordered mode (the
+	// ordering key's columns as a row literal); "" when claims are not
+	// ordered.
+	OrderingKey string
 }
 
 // LeaseID identifies one claim; only its holder may retry or release the rows.
@@ -85,10 +92,14 @@ type Store struct {
 	// received, 0 before the first: a claim asks for no more events than
 	// MaxBatchBytes takes at that size.
 	eventSize atomic.Int64
+	// cursor is where the next ordered claim's key walk starts: the id of
+	// the last aggregate head the previous one chose.
+	cursor atomic.Int64
 }
 
 type queries struct {
 	claim, markPublished, retry, extend, release, deletePublished, check string
+	checkOrdering                                                        string
 }
 
 // New validates cfg and renders the store's statements for its table.
@@ -118,14 +129,26 @@ func render(cfg Config) (queries, error) {
 		"Pending":   literal(cfg.Statuses.Pending),
 		"Published": literal(cfg.Statuses.Published),
 		"Failed":    literal(cfg.Statuses.Failed),
+		"Blocking":  literal(cfg.Statuses.Pending),
+		"Design":    cfg.OrderedDesign,
+	}
+	if cfg.OrderedDeadLetter == DeadLetterBlock {
+		data["Blocking"] += ", " + literal(cfg.Statuses.Failed)
 	}
 	for _, col := range cfg.Columns.named() {
 		data[col[0]] = pgx.Identifier{col[1]}.Sanitize()
 	}
+	funcs := keyFuncs(cfg.OrderingKey)
+	funcs["size"] = func(alias string) string {
+		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0)",
+			alias, data["Payload"], data["Headers"])
+	}
 	named := map[string]string{}
-	for _, part := range strings.Split(queriesSQL, "-- name: ")[1:] {
+	// Each file's preamble, before its first name, is commentary.
+	parts := slices.Concat(strings.Split(queriesSQL, "-- name: ")[1:], strings.Split(orderedSQL, "-- name: ")[1:])
+	for _, part := range parts {
 		name, body, _ := strings.Cut(part, "\n")
-		tmpl, err := template.New(name).Option("missingkey=error").Parse(body)
+		tmpl, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(body)
 		if err != nil {
 			return queries{}, fmt.Errorf("claim: parse %s: %w", name, err)
 		}
@@ -135,7 +158,7 @@ func render(cfg Config) (queries, error) {
 		}
 		named[strings.TrimSpace(name)] = strings.TrimSpace(b.String())
 	}
-	return queries{
+	q := queries{
 		claim:           named["claim"],
 		markPublished:   named["mark_published"],
 		retry:           named["retry"],
@@ -143,7 +166,38 @@ func render(cfg Config) (queries, error) {
 		release:         named["release"],
 		deletePublished: named["delete_published"],
 		check:           named["check"],
-	}, nil
+		checkOrdering:   named["check_ordering"],
+	}
+	if cfg.Ordering == OrderAggregate {
+		q.claim = named["claim_ordered"]
+	}
+	return q, nil
+}
+
+// keyFuncs are the template functions that spell the ordering key: key
+// lists its quoted columns of a table alias, keyAs the same named k0, k1,
+// …, and keyOf those names of an alias.
+func keyFuncs(cols []string) template.FuncMap {
+	list := func(f func(i int, col string) string) string {
+		parts := make([]string, len(cols))
+		for i, c := range cols {
+			parts[i] = f(i, c)
+		}
+		return strings.Join(parts, ", ")
+	}
+	return template.FuncMap{
+		"key": func(alias string) string {
+			return list(func(_ int, c string) string { return alias + "." + pgx.Identifier{c}.Sanitize() })
+		},
+		"keyAs": func(alias string) string {
+			return list(func(i int, c string) string {
+				return fmt.Sprintf("%s.%s AS k%d", alias, pgx.Identifier{c}.Sanitize(), i)
+			})
+		},
+		"keyOf": func(alias string) string {
+			return list(func(i int, _ string) string { return fmt.Sprintf("%s.k%d", alias, i) })
+		},
+	}
 }
 
 // literal quotes a status value validated by statusValue (no quotes, no
@@ -169,7 +223,12 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	if avg := s.eventSize.Load(); avg > 0 {
 		limit = int(min(int64(limit), int64(s.cfg.MaxBatchBytes)/avg+1))
 	}
-	rows, err := s.db.Query(ctx, s.q.claim, limit, s.cfg.Lease.Milliseconds(), lease, s.cfg.MaxBatchBytes)
+	args := []any{limit, s.cfg.Lease.Milliseconds(), lease, s.cfg.MaxBatchBytes}
+	ordered := s.cfg.Ordering == OrderAggregate
+	if ordered {
+		args = append(args, s.cursor.Load())
+	}
+	rows, err := s.db.Query(ctx, s.q.claim, args...)
 	if err != nil {
 		return Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
@@ -178,18 +237,33 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		size     int     // payload and header bytes kept
 		received int     // payload and header bytes received
 		overflow []int64 // claimed, but over the budget once received
+		// firstBack maps an aggregate to its first row in overflow.
+		firstBack map[string]int64
 	)
+	if ordered {
+		firstBack = map[string]int64{}
+	}
 	for rows.Next() {
 		var (
 			e                                  Event
 			headers, exchange, routingKey      *string
 			aggregateType, aggregateID, evType *string
 		)
-		var payload *string
-		if err := rows.Scan(&e.ID, &e.EventID, &aggregateType, &aggregateID, &evType,
-			&payload, &headers, &exchange, &routingKey, &e.CreatedAt, &e.Attempts); err != nil {
+		var (
+			payload *string
+			cursor  *int64
+		)
+		dest := []any{&e.ID, &e.EventID, &aggregateType, &aggregateID, &evType,
+			&payload, &headers, &exchange, &routingKey, &e.CreatedAt, &e.Attempts}
+		if ordered {
+			dest = append(dest, &e.OrderingKey, &cursor)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
+		}
+		if cursor != nil {
+			s.cursor.Store(*cursor)
 		}
 		n := len(deref(payload)) + len(deref(headers))
 		received += n
@@ -197,6 +271,13 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 			size += n
 		} else {
 			overflow = append(overflow, e.ID)
+			if ordered {
+				// A row given back holds its aggregate's later rows of
+				// this batch back too.
+				if first, ok := firstBack[e.OrderingKey]; !ok || e.ID < first {
+					firstBack[e.OrderingKey] = e.ID
+				}
+			}
 			continue
 		}
 		e.AggregateType, e.AggregateID, e.EventType = deref(aggregateType), deref(aggregateID), deref(evType)
@@ -219,13 +300,31 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		}
 		s.eventSize.Store(avg)
 	}
+	sortByID(events)
+	if len(firstBack) > 0 {
+		events, overflow = cutAfterOverflow(events, overflow, firstBack)
+	}
 	if len(overflow) > 0 {
 		// If this fails, those rows are claimable again once the lease
 		// lapses: later, never lost.
 		_, _ = s.Release(ctx, lease, overflow)
 	}
-	sortByID(events)
 	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease}, nil
+}
+
+// cutAfterOverflow keeps an ordered batch gap-free once some of its rows
+// went over the byte budget: every row of an aggregate after one given back
+// is given back too. firstBack maps an aggregate to its first row given back.
+func cutAfterOverflow(events []Event, overflow []int64, firstBack map[string]int64) ([]Event, []int64) {
+	kept := events[:0]
+	for _, e := range events {
+		if first, ok := firstBack[e.OrderingKey]; ok && e.ID > first {
+			overflow = append(overflow, e.ID)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, overflow
 }
 
 func deref(s *string) string {
@@ -270,7 +369,7 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (R
 	for i, f := range failures {
 		ids[i] = f.ID
 		errs[i] = errorText(f.Err)
-		if f.Permanent || f.Attempts >= s.cfg.MaxAttempts {
+		if s.deadLetters(f) {
 			statuses[i] = s.cfg.Statuses.Failed
 			res.Dead++
 			continue
@@ -366,5 +465,56 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("check table: %w", err)
 	}
+	if s.cfg.Ordering != OrderAggregate {
+		return nil
+	}
+	table, _ := splitTable(s.cfg.Table)
+	cols := append(slices.Clone(s.cfg.OrderingKey), s.cfg.Columns.ID)
+	var ok bool
+	if err := queryRow(ctx, s.db, s.q.checkOrdering, []any{pgx.Identifier(table).Sanitize(), cols}, &ok); err != nil {
+		return fmt.Errorf("check ordering index: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: ordered claims need a valid index on (%s) of %s; "+
+			"the relay's migrations create it in ordered mode, sql/outboxrelay_install.sql with -v ordering=aggregate",
+			ErrNoOrderingIndex, strings.Join(cols, ", "), s.cfg.Table)
+	}
 	return nil
+}
+
+// ErrNoOrderingIndex is Check's error in ordered mode when no index leads
+// with the ordering key and the id column: every ordered claim would then
+// scan the table.
+var ErrNoOrderingIndex = errors.New("no ordering index")
+
+func queryRow(ctx context.Context, db DB, sql string, args []any, dest ...any) error {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+// Unblocks reports whether recording f, a failure of an ordered batch,
+// lets the later events of its aggregate go: only when f is dead-lettered
+// (permanent, or out of attempts) under DeadLetterContinue. Otherwise the
+// failed event stays its aggregate's head, retried or dead, and holds the
+// rest back.
+func (s *Store) Unblocks(f Failure) bool {
+	return s.cfg.OrderedDeadLetter == DeadLetterContinue && s.deadLetters(f)
+}
+
+func (s *Store) deadLetters(f Failure) bool {
+	return f.Permanent || f.Attempts >= s.cfg.MaxAttempts
 }

@@ -28,6 +28,12 @@
 --   status_pending     pending     the status column's values; must match
 --   status_published   published   the relay's --status-* flags
 --   status_failed      failed
+--   ordering           none        aggregate: also create the index the
+--                                  relay's --ordering aggregate needs
+--   ordering_key       aggregate_type,aggregate_id
+--                                  the columns identifying an aggregate,
+--                                  comma-separated; must match the relay's
+--                                  --ordering-key (e.g. -v ordering_key=entity_key)
 --
 -- Then run the relay with --no-migrate --table (schema.)table and the
 -- --column-* and --status-* flags that name what differs from its defaults.
@@ -43,6 +49,8 @@
 \if :{?status_pending} \else \set status_pending pending \endif
 \if :{?status_published} \else \set status_published published \endif
 \if :{?status_failed} \else \set status_failed failed \endif
+\if :{?ordering} \else \set ordering none \endif
+\if :{?ordering_key} \else \set ordering_key aggregate_type,aggregate_id \endif
 
 BEGIN;
 
@@ -55,7 +63,9 @@ SELECT set_config('outboxrelay.table', :'table', true),
        set_config('outboxrelay.created_at_column', :'created_at_column', true),
        set_config('outboxrelay.status_pending', :'status_pending', true),
        set_config('outboxrelay.status_published', :'status_published', true),
-       set_config('outboxrelay.status_failed', :'status_failed', true)
+       set_config('outboxrelay.status_failed', :'status_failed', true),
+       set_config('outboxrelay.ordering', :'ordering', true),
+       set_config('outboxrelay.ordering_key', :'ordering_key', true)
 \gset outboxrelay_ignored_
 
 DO $install$
@@ -69,6 +79,9 @@ DECLARE
     ca_col    text := current_setting('outboxrelay.created_at_column');
     pending   text := current_setting('outboxrelay.status_pending');
     published text := current_setting('outboxrelay.status_published');
+    failed    text := current_setting('outboxrelay.status_failed');
+    ordering  text := current_setting('outboxrelay.ordering');
+    key_cols  text[] := string_to_array(replace(current_setting('outboxrelay.ordering_key'), ' ', ''), ',');
     rel       regclass;
     col       record;
     id_type   regtype;
@@ -117,6 +130,27 @@ BEGIN
         left(tbl, 40) || '_relay_pending_idx', rel, id_col, st_col, pending);
     EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (published_at) WHERE %I = %L',
         left(tbl, 40) || '_relay_published_idx', rel, st_col, published);
+
+    -- Ordered mode walks this index from aggregate to aggregate and along
+    -- each aggregate's events; only the rows that can hold an aggregate
+    -- back (pending and failed) are in it.
+    IF ordering NOT IN ('none', 'aggregate') THEN
+        RAISE EXCEPTION 'outboxrelay: ordering %: want none or aggregate', ordering;
+    END IF;
+    IF ordering = 'aggregate' THEN
+        IF cardinality(key_cols) = 0 OR '' = ANY (key_cols) THEN
+            RAISE EXCEPTION 'outboxrelay: ordering_key %: want comma-separated column names', current_setting('outboxrelay.ordering_key');
+        END IF;
+        FOR i IN 1 .. cardinality(key_cols) LOOP
+            IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = key_cols[i] AND NOT attisdropped) THEN
+                RAISE EXCEPTION 'outboxrelay: ordering_key column %.% does not exist', tbl, key_cols[i];
+            END IF;
+        END LOOP;
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (%s, %I) WHERE %I IN (%L, %L)',
+            left(tbl, 40) || '_relay_ordering_idx', rel,
+            (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
+            id_col, st_col, pending, failed);
+    END IF;
 
     -- The wake-up gate (see migrations/002_wakeup_gate.sql): the relay
     -- silences NOTIFY while it is busy; the trigger notifies when it is open
