@@ -19,8 +19,17 @@ type Config struct {
 	// PollInterval is the fallback poll that finds what notifications missed,
 	// jittered by ±10%. Default 5s.
 	PollInterval time.Duration
-	// ShutdownTimeout bounds how long in-flight batches may take to be
-	// confirmed and marked after shutdown begins. Default 20s.
+	// ShutdownTimeout bounds shutdown. From the moment it begins (Run's
+	// context is cancelled, or a part of the relay failed), everything
+	// still under way (a claim, the publishing and confirming of in-flight
+	// batches, their marks, their failures' retries, their lease renewals,
+	// opening the Gate) has ShutdownTimeout to finish. The events those
+	// batches did not publish are then released, for ReleaseGrace more at
+	// most. So Run returns within ShutdownTimeout + ReleaseGrace of the
+	// start of shutdown, given a store, publisher, listener and gate that
+	// honour their contexts. Whatever is cut short stays leased until its
+	// lease expires and is claimed again then: a confirmed event not marked
+	// is published twice, none is lost. Default 20s.
 	ShutdownTimeout time.Duration
 	// Retention is how long published rows are kept before cleanup deletes
 	// them. Default 24h.
@@ -51,6 +60,12 @@ type Config struct {
 	// Clock tells the time and makes timers. Default: the system clock.
 	Clock Clock
 }
+
+// ReleaseGrace is how long past Config.ShutdownTimeout the relay may take
+// to release the events of in-flight batches that shutdown cut short, so
+// that the relays that stay can claim them at once instead of after their
+// lease.
+const ReleaseGrace = 2 * time.Second
 
 func (c Config) withDefaults() Config {
 	c.BatchSize = cmp.Or(c.BatchSize, 500)
@@ -97,19 +112,3 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// Clock is the relay's source of time.
-type Clock interface {
-	Now() time.Time
-	// After is time.After: a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
-}
-
-// SystemClock is the real clock.
-type SystemClock struct{}
-
-// Now is time.Now.
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// After is time.After.
-func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -20,9 +20,28 @@
 // event. Memory is bounded by what is in flight: Config.Workers batches,
 // each at most BatchSize events and the claim store's byte budget.
 //
+// A batch from an ordered claim (its events carry an OrderingKey) holds a
+// run of consecutive events for each of its aggregates, and goes out in
+// waves: the first event of every run, then the second, and so on, each
+// wave one pipelined publish whose confirmations are all awaited before the
+// next. So an event is sent only after its predecessor was confirmed, and
+// at most one event per aggregate is unconfirmed at any moment; aggregates
+// share every round trip. A failed event holds back the rest of its run,
+// which is released; the failed event, backing off or dead-lettered, then
+// blocks its aggregate in the table (see package claim), unless the store
+// says its dead-lettering lets the aggregate go on, in which case it is
+// recorded before the next event of the aggregate is sent.
+//
 // A row is marked published only after RabbitMQ confirmed it and did not
 // return it. Failed rows go back on the claim store's retry schedule, or are
-// dead-lettered when they can never succeed. On shutdown the relay stops
-// claiming, finishes and confirms what is in flight, releases the leases of
-// anything unpublished and returns within Config.ShutdownTimeout.
+// dead-lettered when they can never succeed.
+//
+// On shutdown the relay stops claiming and gives what is in flight
+// Config.ShutdownTimeout to be published, confirmed and marked, or put back
+// for retry. It then releases whatever those batches did not publish, for
+// at most ReleaseGrace more, so Run returns within ShutdownTimeout +
+// ReleaseGrace of the start of shutdown. A step that has not finished by
+// its deadline leaves its events leased until their lease expires: they
+// are claimed again then, a confirmed one perhaps published twice, none
+// lost.
 package relay

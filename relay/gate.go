@@ -75,7 +75,10 @@ func (r *rateRing) add(s rateSample) float64 {
 // after Open has waited out the producers that saw it closed: an event is
 // then either claimed by that pass or announced by a notification. The gap
 // between the thresholds keeps a relay near the threshold from flapping.
-func (r *Relay) steer(ctx context.Context) {
+//
+// At shutdown it opens the gate, for a second at most and no later than
+// the shutdown deadline (drainCtx's end).
+func (r *Relay) steer(ctx, drainCtx context.Context) {
 	g := r.cfg.Gate
 	open := true
 	r.openGate(ctx)
@@ -95,7 +98,7 @@ func (r *Relay) steer(ctx context.Context) {
 				// Leave the gate open for the relays that stay. Open sets the
 				// gate before it waits for producers, and a relay leaving
 				// need not wait: a short deadline keeps shutdown bounded.
-				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				stopCtx, cancel := context.WithTimeout(drainCtx, time.Second)
 				r.openGate(stopCtx)
 				cancel()
 			}

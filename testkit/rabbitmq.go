@@ -91,6 +91,21 @@ func NewQueue(t testing.TB, exchange, bindingKey string) *Queue {
 	return &Queue{Name: q.Name, Deliveries: deliveries, ch: pubCh}
 }
 
+// BindNew declares a durable topic exchange and binds the queue to it with
+// bindingKey, on the queue's own connection (the queue is exclusive to
+// it): an exchange that appears late, for a test of events whose per-row
+// exchange was missing. The exchange is deleted when the test ends.
+func (q *Queue) BindNew(t testing.TB, exchange, bindingKey string) {
+	t.Helper()
+	if err := q.ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
+		t.Fatalf("testkit: declare exchange %s: %v", exchange, err)
+	}
+	t.Cleanup(func() { DeleteExchange(t, exchange) })
+	if err := q.ch.QueueBind(q.Name, bindingKey, exchange, false, nil); err != nil {
+		t.Fatalf("testkit: bind queue %s to %s: %v", q.Name, exchange, err)
+	}
+}
+
 // Receive returns the next n deliveries, failing the test if they do not all
 // arrive within timeout.
 func (q *Queue) Receive(t testing.TB, n int, timeout time.Duration) []amqp.Delivery {
