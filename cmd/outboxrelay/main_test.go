@@ -131,6 +131,9 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"lease shorter than confirms", relayEnv(url, exchange), []string{"--lease=1s", "--confirm-timeout=5s"}, "--lease"},
 		{"bad status value", relayEnv(url, exchange), []string{"--status-pending=it's"}, "Statuses.Pending"},
 		{"missing table", relayEnv(url, exchange), []string{"--no-migrate", "--table=nope"}, "nope"},
+		{"unknown ordering", relayEnv(url, exchange, "OUTBOX_ORDERING=sideways"), nil, "ordering"},
+		{"id in the ordering key", relayEnv(url, exchange), []string{"--ordering=aggregate", "--ordering-key=aggregate_id,id"}, "--ordering-key"},
+		{"ordered without its index", relayEnv(url, exchange), []string{"--no-migrate", "--ordering=aggregate"}, "no ordering index"},
 		{"unreachable database", relayEnv("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=5", exchange), nil, "PostgreSQL"},
 		{"unreachable RabbitMQ", relayEnv(url, exchange, "AMQP_URL=amqp://u:s3cret@127.0.0.1:1/"), nil, "RabbitMQ"},
 	} {

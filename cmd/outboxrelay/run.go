@@ -51,6 +51,11 @@ type RunCmd struct {
 	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
 	RetryMax      time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
 
+	Ordering          string `name:"ordering" env:"OUTBOX_ORDERING" default:"none" enum:"none,aggregate" help:"none: events go out oldest first, in parallel; aggregate: each aggregate's events go out in id order, one unconfirmed event per aggregate at a time (see README)."`
+	OrderingKey       string `name:"ordering-key" env:"OUTBOX_ORDERING_KEY" help:"Comma-separated columns identifying an aggregate in ordered mode (default: the aggregate type and id columns)."`
+	OrderedDeadLetter string `name:"ordered-dead-letter" env:"OUTBOX_ORDERED_DEAD_LETTER" default:"block" enum:"block,continue" help:"In ordered mode, what a dead-lettered event does to its aggregate: block (its later events wait until it is requeued or deleted) or continue."`
+	OrderedDesign     string `name:"ordered-design" env:"OUTBOX_ORDERED_DESIGN" default:"keyscan" enum:"keyscan,distinct" hidden:"" help:"How ordered claims find claimable aggregates (benchmarks compare the two)."`
+
 	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them."`
 	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"OUTBOX_SHUTDOWN_TIMEOUT" default:"20s" help:"How long in-flight batches may take to settle after SIGINT/SIGTERM."`
@@ -112,8 +117,20 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		MaxAttempts:   c.MaxAttempts,
 		RetryMin:      c.RetryMin,
 		RetryMax:      c.RetryMax,
+
+		Ordering:          claim.Ordering(c.Ordering),
+		OrderedDeadLetter: claim.DeadLetterPolicy(c.OrderedDeadLetter),
+		OrderedDesign:     c.OrderedDesign,
+	}
+	if c.OrderingKey != "" {
+		for _, col := range strings.Split(c.OrderingKey, ",") {
+			cc.OrderingKey = append(cc.OrderingKey, strings.TrimSpace(col))
+		}
 	}
 	if err := cc.Validate(); err != nil {
+		if strings.Contains(err.Error(), "OrderingKey") {
+			err = fmt.Errorf("--ordering-key / OUTBOX_ORDERING_KEY: %w", err)
+		}
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
 	}
 	tlsConfig, err := c.AMQPTLS.config(c.AMQPURL)
@@ -184,6 +201,9 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			return err
 		}
 		_, err = migrations.Migrate(ctx, conn, log.With("component", "migrate"))
+		if err == nil && cc.Ordered() && c.Table == "outbox" {
+			err = migrations.EnsureOrderingIndex(ctx, conn, cc.WithDefaults().OrderingKey, log.With("component", "migrate"))
+		}
 		conn.Close(context.WithoutCancel(ctx))
 		if err != nil {
 			return err
@@ -244,7 +264,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		return usageError{err}
 	}
 	log.Info("outboxrelay starting", "database", redactURL(c.DatabaseURL), "amqp", redactURL(c.AMQPURL),
-		"table", c.Table, "exchange", c.Exchange)
+		"table", c.Table, "exchange", c.Exchange, "ordering", c.Ordering)
 	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
