@@ -35,13 +35,18 @@ type counter struct {
 	// redelivered counts, per type, RabbitMQ's redeliveries of a copy
 	// already recorded (its ack was lost with the connection).
 	redelivered map[string]int
-	conn        *amqp.Connection // the current connection
-	change      chan struct{}
+	// orders holds, per type relayed in ordered mode (checkOrder), the
+	// tally that checks each aggregate's first arrivals are in order. It
+	// sees every copy counted in seen, in the order they arrived.
+	orders map[string]*testkit.OrderTally
+	conn   *amqp.Connection // the current connection
+	change chan struct{}
 }
 
 func newCounter(t *testing.T, exchange string) *counter {
 	t.Helper()
-	c := &counter{seen: map[string]map[string]int{}, arrived: map[string][]time.Time{}, redelivered: map[string]int{}, change: make(chan struct{}, 1)}
+	c := &counter{seen: map[string]map[string]int{}, arrived: map[string][]time.Time{}, redelivered: map[string]int{},
+		orders: map[string]*testkit.OrderTally{}, change: make(chan struct{}, 1)}
 	queue := testkit.UniqueName("outboxrelay_faults")
 	// The first connection is made here, so that a broker that is not
 	// there fails the test at once; the later ones in the background.
@@ -154,9 +159,21 @@ func (c *counter) record(deliveries <-chan amqp.Delivery) {
 	}
 }
 
+// checkOrder makes the counter check the order of first arrivals of
+// events of type tag, whose payloads number each aggregate's events as
+// "seq" (testkit.OrderChecker), and returns the tally that does.
+func (c *counter) checkOrder(tag string) *testkit.OrderTally {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := testkit.NewOrderTally()
+	c.orders[tag] = o
+	return o
+}
+
 // count records one delivery.
 func (c *counter) count(d amqp.Delivery) {
 	c.mu.Lock()
+	order := c.orders[d.Type]
 	ids := c.seen[d.Type]
 	if ids == nil {
 		ids = map[string]int{}
@@ -176,10 +193,14 @@ func (c *counter) count(d amqp.Delivery) {
 		}
 	case d.Redelivered:
 		c.redelivered[d.Type]++
+		order = nil // RabbitMQ's copy, not the relay's
 	default:
 		ids[d.MessageId]++
 	}
 	c.mu.Unlock()
+	if order != nil {
+		order.Add(d) // record is the only caller: in arrival order
+	}
 	select {
 	case c.change <- struct{}{}:
 	default:
