@@ -19,6 +19,7 @@ const (
 	WorkloadSteady   = "steady"
 	WorkloadIdle     = "idle"
 	WorkloadProducer = "producer"
+	WorkloadOrdered  = "ordered"
 )
 
 // Systems a workload runs on.
@@ -26,10 +27,15 @@ const (
 	SystemRelay   = "relay"   // outboxrelay run, as a subprocess
 	SystemNaive   = "naive"   // outboxrelay naive-relay, as a subprocess
 	SystemCeiling = "ceiling" // the benchmark publishing straight to RabbitMQ
+	// The ordered relay (outboxrelay run --ordering=aggregate), by the
+	// design its claims find claimable aggregates with
+	// (--ordered-design).
+	SystemKeyscan  = "keyscan"  // a round-robin loose index scan
+	SystemDistinct = "distinct" // DISTINCT ON over all pending rows
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered}
 
 // maxEventNumber is the largest event number the 12 hex digits of an event
 // id can carry.
@@ -60,8 +66,8 @@ type Config struct {
 	// RelayArgs are appended to the relay's command line, for tuning
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
-	// Only selects workloads by name (drain, steady, idle, producer). They
-	// always run in that order. Default: all four.
+	// Only selects workloads by name (drain, steady, idle, producer,
+	// ordered). They always run in that order. Default: all five.
 	Only []string
 	// DrainEvents is the backlog the drain workload delivers. Default 100000.
 	DrainEvents int
@@ -88,6 +94,21 @@ type Config struct {
 	ProducerConcurrency []int
 	// ProducerDuration is how long each producer run inserts. Default 5s.
 	ProducerDuration time.Duration
+	// OrderedShapes are the ordered workload's backlogs, each drained by
+	// the relay, then by the ordered relay with each design. Default
+	// 1000x50, 100000x1, 1x10000.
+	OrderedShapes []Shape
+	// OrderedDistinctTime is the most an ordered drain with the distinct
+	// design may take; its rate is what arrived by then. Default 30s.
+	OrderedDistinctTime time.Duration
+	// OrderedSteadyRate is the ordered workload's steady commit rate,
+	// events per second, written by Producers connections for
+	// SteadyDuration. Default 1000.
+	OrderedSteadyRate int
+	// OrderedSteadyAggregates is how many aggregates the ordered steady
+	// events are spread over; a multiple of Producers, so each aggregate
+	// has one producer. Default 1000.
+	OrderedSteadyAggregates int
 	// DrainWait bounds every wait for events still on their way: after
 	// steady and idle producers stop, between producer runs, and, as the
 	// longest stretch without progress, during a drain. Default 60s.
@@ -124,6 +145,12 @@ func (c Config) withDefaults() Config {
 		c.ProducerConcurrency = []int{1, 8, 32}
 	}
 	c.ProducerDuration = cmp.Or(c.ProducerDuration, 5*time.Second)
+	if len(c.OrderedShapes) == 0 {
+		c.OrderedShapes = []Shape{{1000, 50}, {100000, 1}, {1, 10000}}
+	}
+	c.OrderedDistinctTime = cmp.Or(c.OrderedDistinctTime, 30*time.Second)
+	c.OrderedSteadyRate = cmp.Or(c.OrderedSteadyRate, 1000)
+	c.OrderedSteadyAggregates = cmp.Or(c.OrderedSteadyAggregates, 1000)
 	c.DrainWait = cmp.Or(c.DrainWait, 60*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -183,6 +210,27 @@ func (c Config) Validate() error {
 			return fmt.Errorf("bench: SteadyRates %d over SteadyDuration %s: too many events", rate, c.SteadyDuration)
 		}
 	}
+	return c.validateOrdered()
+}
+
+// validateOrdered checks the ordered workload's settings (that its steady
+// aggregates fit Producers only when it runs).
+func (c Config) validateOrdered() error {
+	for _, s := range c.OrderedShapes {
+		if s.Aggregates < 1 || s.Events < 1 || float64(s.Aggregates)*float64(s.Events) > maxEventNumber/4 {
+			return fmt.Errorf("bench: OrderedShapes %s: want at least one aggregate of at least one event, at most %d events", s, maxEventNumber/4)
+		}
+	}
+	switch {
+	case c.OrderedDistinctTime <= 0:
+		return fmt.Errorf("bench: OrderedDistinctTime %s: must be positive", c.OrderedDistinctTime)
+	case c.OrderedSteadyRate < 1:
+		return fmt.Errorf("bench: OrderedSteadyRate %d: must be at least 1", c.OrderedSteadyRate)
+	case float64(c.OrderedSteadyRate)*c.SteadyDuration.Seconds() > maxEventNumber/4:
+		return fmt.Errorf("bench: OrderedSteadyRate %d over SteadyDuration %s: too many events", c.OrderedSteadyRate, c.SteadyDuration)
+	case c.OrderedSteadyAggregates < 1 || (c.runs(WorkloadOrdered) && c.OrderedSteadyAggregates%c.Producers != 0):
+		return fmt.Errorf("bench: OrderedSteadyAggregates %d: must be a multiple of Producers (%d), so that each aggregate has one producer", c.OrderedSteadyAggregates, c.Producers)
+	}
 	return nil
 }
 
@@ -206,6 +254,10 @@ func (c Config) Flags() []string {
 		"--idle-interval=" + c.IdleInterval.String(),
 		"--producer-concurrency=" + joinInts(c.ProducerConcurrency),
 		"--producer-duration=" + c.ProducerDuration.String(),
+		"--ordered-shapes=" + joinShapes(c.OrderedShapes),
+		"--ordered-distinct-time=" + c.OrderedDistinctTime.String(),
+		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),
+		"--ordered-steady-aggregates=" + strconv.Itoa(c.OrderedSteadyAggregates),
 		"--drain-wait=" + c.DrainWait.String(),
 	}
 	for _, a := range c.RelayArgs {
@@ -230,6 +282,14 @@ func joinInts(xs []int) string {
 	s := make([]string, len(xs))
 	for i, x := range xs {
 		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func joinShapes(shapes []Shape) string {
+	s := make([]string, len(shapes))
+	for i, sh := range shapes {
+		s[i] = sh.String()
 	}
 	return strings.Join(s, ",")
 }

@@ -14,7 +14,9 @@ import (
 
 // consumer receives everything published to the benchmark exchange on an
 // exclusive, auto-deleted queue bound with "#", with automatic
-// acknowledgements, and notes each event's arrival in the record it tracks.
+// acknowledgements, and notes each event's arrival in the record it tracks
+// (for a record that checks order, with the aggregate and seq the message
+// says it has).
 type consumer struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
@@ -105,8 +107,12 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery) {
 	for d := range deliveries {
 		t := c.clock.now()
 		if n, ok := parseEventID(d.MessageId); ok {
-			if rec := c.tracked.Load(); rec != nil {
-				rec.receive(n, t) // events of no record are ignored
+			if rec := c.tracked.Load(); rec != nil { // events of no record are ignored
+				var l place
+				if rec.order != nil {
+					l = placeOf(d.Headers["aggregate_id"], d.Body)
+				}
+				rec.receive(n, t, l)
 			}
 			continue
 		}

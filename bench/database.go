@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/outboxrelay/migrations"
 )
 
 // queryTimeout bounds each statement the benchmark runs itself (a drain's
@@ -179,6 +181,37 @@ func (d *database) insertBacklog(ctx context.Context, first int64, n int, p payl
 	return d.exec(ctx, "insert backlog", `INSERT INTO `+d.table+` (event_id, aggregate_type, aggregate_id, event_type, payload)
 		SELECT `+eventIDSQL+`, '`+aggregateType+`', n::text, '`+eventType+`', jsonb_build_object('n', n, 'pad', repeat('x', $3::int))
 		FROM generate_series($1::bigint, $2::bigint) AS n`, first, first+int64(n)-1, p.padLen())
+}
+
+// insertShapedBacklog writes the events first … first+shape.total()-1 as
+// pending rows in one statement, in slot order (see Shape): event 1 of
+// every aggregate, then event 2, …, each with its seq in the payload.
+func (d *database) insertShapedBacklog(ctx context.Context, first int64, shape Shape, p payloads) error {
+	return d.exec(ctx, "insert ordered backlog", `INSERT INTO `+d.table+` (event_id, aggregate_type, aggregate_id, event_type, payload)
+		SELECT `+eventIDSQL+`, '`+aggregateType+`', a::text, '`+eventType+`', jsonb_build_object('n', n, 'pad', repeat('x', $4::int), 'seq', s)
+		FROM (SELECT $1::bigint + (s - 1) * $2::bigint + a AS n, a, s
+			FROM generate_series(1, $3::bigint) AS s, generate_series(0, $2::bigint - 1) AS a) AS e
+		ORDER BY n`, first, shape.Aggregates, shape.Events, p.padLen())
+}
+
+// hasOrderingIndex reports whether the outbox has the valid ordering index
+// an ordered relay creates when it migrates.
+func (d *database) hasOrderingIndex(ctx context.Context) (bool, error) {
+	n, err := d.queryInt(ctx, "look up ordering index", `SELECT count(*) FROM pg_index
+		WHERE indexrelid = to_regclass($1) AND indrelid = to_regclass($2) AND indisvalid`,
+		d.orderingIndex(), d.table)
+	return n > 0, err
+}
+
+// dropOrderingIndex drops the ordering index if it exists. No relay may
+// be running.
+func (d *database) dropOrderingIndex(ctx context.Context) error {
+	return d.exec(ctx, "drop ordering index", "DROP INDEX IF EXISTS "+d.orderingIndex())
+}
+
+// orderingIndex is the ordering index's name, schema-qualified and quoted.
+func (d *database) orderingIndex() string {
+	return pgx.Identifier{d.schema, migrations.OrderingIndex}.Sanitize()
 }
 
 // pending counts the rows waiting to be published.

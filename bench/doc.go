@@ -1,7 +1,7 @@
 // Package bench measures outboxrelay against a naive poller and against the
 // broker's own ceiling, on a real PostgreSQL and a real RabbitMQ.
 //
-// Run drives four workloads, each selectable through Config.Only:
+// Run drives five workloads, each selectable through Config.Only:
 //
 //   - drain: a backlog of Config.DrainEvents pending rows, written in one
 //     statement while no relay runs, is delivered from the relay's start to
@@ -12,7 +12,20 @@
 //     of Config.SteadyRates; latency is commit → consumer.
 //   - idle: one producer writes one event every Config.IdleInterval.
 //   - producer: how fast Config.ProducerConcurrency connections can insert
-//     with the outbox's insert triggers enabled and disabled.
+//     with the outbox's insert triggers enabled and disabled, and, with the
+//     triggers enabled, with the ordered relay running and the ordering
+//     index it creates.
+//   - ordered: each of Config.OrderedShapes (aggregates × events, written
+//     interleaved by aggregate, each event's seq in its payload) drained by
+//     the relay and by the ordered relay with each claim design (keyscan,
+//     distinct; distinct within Config.OrderedDistinctTime), then a steady
+//     Config.OrderedSteadyRate spread over Config.OrderedSteadyAggregates
+//     on the same three. The consumer counts first arrivals out of order
+//     per aggregate on all of them.
+//
+// Unordered systems always run without the ordering index (it is dropped
+// before them), so their figures do not pay for it; ordered relays run
+// with the index they create as they migrate.
 //
 // The relay under test is the real one: the current binary re-executed as
 // "outboxrelay run", with its own application_name so that its PostgreSQL

@@ -14,7 +14,8 @@ const eventIDPrefix = "00000000-0000-4000-8000-"
 const eventIDSQL = `('` + eventIDPrefix + `' || lpad(to_hex(n), 12, '0'))::uuid`
 
 // Every event has aggregate type "bench" and event type "created", so its
-// routing key is "bench.created"; its aggregate id is its number.
+// routing key is "bench.created"; its aggregate id is its number, or, in
+// the ordered workload, the number of its aggregate (see Shape).
 const (
 	aggregateType = "bench"
 	eventType     = "created"
@@ -55,6 +56,12 @@ func newPayloads(size int) payloads {
 // of returns event n's payload.
 func (p payloads) of(n int64) string {
 	return `{"n": ` + strconv.FormatInt(n, 10) + `, "pad": "` + p.pad + `"}`
+}
+
+// withSeq returns the payload of event n written as its aggregate's event
+// seq (ordered workloads): {"n": <n>, "pad": "xxx…", "seq": <seq>}.
+func (p payloads) withSeq(n, seq int64) string {
+	return `{"n": ` + strconv.FormatInt(n, 10) + `, "pad": "` + p.pad + `", "seq": ` + strconv.FormatInt(seq, 10) + `}`
 }
 
 // padLen is the pad's length, for the SQL that builds payloads in bulk.

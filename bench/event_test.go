@@ -36,12 +36,12 @@ func TestRecordCountsDuplicatesLossAndLatency(t *testing.T) {
 	for i := range 4 {
 		rec.commit(i, 1_000_000)
 	}
-	rec.receive(100, 2_000_000)
-	rec.receive(101, 5_000_000)
-	rec.receive(101, 6_000_000) // a duplicate
-	rec.receive(102, 500_000)   // seen before its commit was noted
-	rec.receive(99, 1)          // not this record's
-	rec.receive(104, 1)
+	rec.receive(100, 2_000_000, place{})
+	rec.receive(101, 5_000_000, place{})
+	rec.receive(101, 6_000_000, place{}) // a duplicate
+	rec.receive(102, 500_000, place{})   // seen before its commit was noted
+	rec.receive(99, 1, place{})          // not this record's
+	rec.receive(104, 1, place{})
 	require.EqualValues(t, 3, rec.count())
 	require.EqualValues(t, 1, rec.duplicates())
 	require.EqualValues(t, 1, rec.lost())

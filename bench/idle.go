@@ -11,7 +11,7 @@ import (
 func (r *runner) idle(ctx context.Context) error {
 	for _, name := range []string{SystemRelay, SystemNaive} {
 		r.log.Info("idle: start", "system", name, "events", r.cfg.IdleEvents, "interval", r.cfg.IdleInterval)
-		res, err := r.produce(ctx, name, 1, r.cfg.IdleEvents, float64(time.Second)/float64(r.cfg.IdleInterval), false)
+		res, err := r.produce(ctx, pacing{system: name, producers: 1, total: r.cfg.IdleEvents, rate: float64(time.Second) / float64(r.cfg.IdleInterval)})
 		if err != nil {
 			return err
 		}

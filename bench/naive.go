@@ -61,7 +61,7 @@ func (c NaiveConfig) Validate() error {
 // row at a time publishes it (as the relay would map it) on a confirm
 // channel, waits for that message's confirm, and marks the row published.
 // A nacked event is logged and left pending, as the article's catch does.
-// It returns nil when ctx ends.
+// It returns nil when ctx ends, even during its start.
 func RunNaive(ctx context.Context, cfg NaiveConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -77,12 +77,18 @@ func RunNaive(ctx context.Context, cfg NaiveConfig) error {
 	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	db, err := pgx.ConnectConfig(connectCtx, pgCfg)
 	cancel()
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil // stopped while connecting, on a busy machine
+	case err != nil:
 		return fmt.Errorf("naive: PostgreSQL: %w", err)
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 	broker, err := dialAMQP(cfg.AMQPURL, "outboxrelay-naive")
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil
+	case err != nil:
 		return fmt.Errorf("naive: %w", err)
 	}
 	defer broker.Close()

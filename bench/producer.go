@@ -55,11 +55,27 @@ func (ps *producers) Close() {
 	}
 }
 
-// insert writes event n on conn and returns when its commit has returned.
+// insert writes event n, an aggregate of its own, on conn and returns when
+// its commit has returned.
 func (ps *producers) insert(ctx context.Context, conn *pgx.Conn, n int64) error {
+	return ps.write(ctx, conn, n, strconv.FormatInt(n, 10), ps.payloads.of(n))
+}
+
+// insertSlot writes slot i of rec on conn: for a shaped record, as the
+// event of its aggregate and seq (see Shape).
+func (ps *producers) insertSlot(ctx context.Context, conn *pgx.Conn, rec *record, i int) error {
+	n := rec.number(i)
+	if rec.aggregates() == 0 {
+		return ps.insert(ctx, conn, n)
+	}
+	l := rec.placeAt(i)
+	return ps.write(ctx, conn, n, strconv.FormatInt(l.aggregate, 10), ps.payloads.withSeq(n, l.seq))
+}
+
+func (ps *producers) write(ctx context.Context, conn *pgx.Conn, n int64, aggregateID, payload string) error {
 	ctx, cancel := context.WithTimeout(ctx, insertTimeout)
 	defer cancel()
-	if _, err := conn.Exec(ctx, ps.sql, eventID(n), strconv.FormatInt(n, 10), ps.payloads.of(n)); err != nil {
+	if _, err := conn.Exec(ctx, ps.sql, eventID(n), aggregateID, payload); err != nil {
 		return fmt.Errorf("insert event %d: %w", n, err)
 	}
 	return nil
@@ -68,10 +84,15 @@ func (ps *producers) insert(ctx context.Context, conn *pgx.Conn, n int64) error 
 // paced writes every event of rec over the first k connections at rate
 // events per second, open loop: slot i is due at start + i/rate, connection
 // w writes slots w, w+k, …, and a connection that falls behind writes its
-// next event at once instead of waiting. Each commit is noted in rec. It
+// next event at once instead of waiting. A shaped record's aggregates are
+// a multiple of k, so each aggregate is written by one connection, in seq
+// order, as ordered mode asks of producers. Each commit is noted in rec. It
 // returns how many events committed and the time from start until the last
 // producer finished.
 func (ps *producers) paced(ctx context.Context, k int, rec *record, clk clock, rate float64) (int64, time.Duration, error) {
+	if a := rec.aggregates(); a%k != 0 {
+		panic(fmt.Sprintf("bench: %d aggregates over %d producers: some aggregate would have two", a, k))
+	}
 	var committed atomic.Int64
 	start := time.Now()
 	err := fanOut(ctx, k, func(ctx context.Context, w int) error {
@@ -88,7 +109,7 @@ func (ps *producers) paced(ctx context.Context, k int, rec *record, clk clock, r
 					return context.Cause(ctx)
 				}
 			}
-			if err := ps.insert(ctx, conn, rec.number(i)); err != nil {
+			if err := ps.insertSlot(ctx, conn, rec, i); err != nil {
 				return err
 			}
 			rec.commit(i, clk.now())

@@ -5,20 +5,39 @@ import (
 	"slices"
 )
 
-// producer measures what the outbox costs its producers: with the relay
-// running, each of ProducerConcurrency connection counts inserts as fast as
-// it can for ProducerDuration, once with the outbox's insert triggers
-// enabled and once with them disabled. The relay drains between runs.
-func (r *runner) producer(ctx context.Context) (err error) {
-	if err := r.reset(ctx); err != nil {
-		return err
-	}
+// producer measures what the outbox costs its producers: each of
+// ProducerConcurrency connection counts inserts as fast as it can for
+// ProducerDuration. First with the relay running and no ordering index,
+// once with the outbox's insert triggers enabled and once with them
+// disabled; then, with the triggers enabled, with the ordered relay
+// (keyscan) running and the ordering index it creates, which every insert
+// pays for. The relay drains between runs; the index is dropped at the
+// end.
+func (r *runner) producer(ctx context.Context) error {
 	ps, err := r.db.connectProducers(ctx, slices.Max(r.cfg.ProducerConcurrency), r.payloads)
 	if err != nil {
 		return err
 	}
 	defer ps.Close()
-	sys, err := r.start(SystemRelay)
+	if err := r.db.dropOrderingIndex(ctx); err != nil {
+		return err
+	}
+	if err := r.producerPhase(ctx, ps, SystemRelay, []bool{true, false}); err != nil {
+		return err
+	}
+	if err := r.producerPhase(ctx, ps, SystemKeyscan, []bool{true}); err != nil {
+		return err
+	}
+	return r.db.dropOrderingIndex(ctx)
+}
+
+// producerPhase runs every concurrency with each of triggers, with the
+// system name running on a table emptied first.
+func (r *runner) producerPhase(ctx context.Context, ps *producers, name string, triggers []bool) (err error) {
+	if err := r.reset(ctx); err != nil {
+		return err
+	}
+	sys, err := r.start(name)
 	if err != nil {
 		return err
 	}
@@ -26,16 +45,21 @@ func (r *runner) producer(ctx context.Context) (err error) {
 	if err := r.warmUp(ctx, sys, ps); err != nil {
 		return err
 	}
+	index, err := r.checkOrderingIndex(ctx, name)
+	if err != nil {
+		return err
+	}
 	r.consumer.track(nil)
 	for _, k := range r.cfg.ProducerConcurrency {
-		for _, trigger := range []bool{true, false} {
-			r.log.Info("producer: start", "concurrency", k, "trigger", trigger, "duration", r.cfg.ProducerDuration)
+		for _, trigger := range triggers {
+			r.log.Info("producer: start", "concurrency", k, "trigger", trigger, "ordering_index", index, "duration", r.cfg.ProducerDuration)
 			res, err := r.insertRun(ctx, sys, ps, k, trigger)
 			if err != nil {
 				return err
 			}
+			res.System, res.OrderingIndex = name, &index
 			r.results = append(r.results, res)
-			r.log.Info("producer: done", "concurrency", k, "trigger", trigger, "inserts_per_s", round(res.Rate))
+			r.log.Info("producer: done", "concurrency", k, "trigger", trigger, "ordering_index", index, "inserts_per_s", round(res.Rate))
 		}
 	}
 	return nil

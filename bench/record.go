@@ -25,6 +25,8 @@ type record struct {
 	received  []int64
 	distinct  atomic.Int64
 	dups      atomic.Int64
+	// order, if set, checks the order of first arrivals per aggregate.
+	order *orderCheck
 	// progress receives a coalesced signal after each new event.
 	progress chan struct{}
 }
@@ -54,9 +56,11 @@ func (r *record) commitAll(t int64) {
 	}
 }
 
-// receive notes the delivery of event n at t; an event outside the record
-// is ignored. A second delivery of an event counts as a duplicate.
-func (r *record) receive(n, t int64) {
+// receive notes the delivery of event n at t, which the message places at l
+// (read only for a record that checks order); an event outside the record
+// is ignored. A second delivery of an event counts as a duplicate. Only
+// the consumer's goroutine calls it.
+func (r *record) receive(n, t int64, l place) {
 	i := n - r.base
 	if i < 0 || i >= int64(len(r.received)) {
 		return
@@ -64,6 +68,9 @@ func (r *record) receive(n, t int64) {
 	if !atomic.CompareAndSwapInt64(&r.received[i], 0, t) {
 		r.dups.Add(1)
 		return
+	}
+	if r.order != nil {
+		r.checkOrder(i, l) // before the count, so a full count sees every check
 	}
 	r.distinct.Add(1)
 	select {

@@ -22,7 +22,7 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 // WriteTable prints one line per result.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tbacklog\tcpu ms/1k (relay+pg)\trss MiB\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\trss MiB\t")
 	for _, r := range results {
 		p50, p90, p99, pmax := "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
@@ -36,8 +36,8 @@ func WriteTable(w io.Writer, results []Result) error {
 			}
 			rss = num(c.PeakRSSMiB)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.Backlog), cpu, rss)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, rss)
 	}
 	return tw.Flush()
 }
@@ -56,6 +56,15 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	fmt.Fprintf(tw, "  drain relay/naive\t%s\n", pct(r.DrainRelayVsNaiveX, "×"))
 	for _, p := range r.Producer {
 		fmt.Fprintf(tw, "  producer c=%d with/without trigger\t%s %%\t(%s/s vs %s/s)\n", p.Concurrency, num(p.Pct), num(p.WithTrigger), num(p.WithoutTrigger))
+	}
+	for _, p := range r.Producer {
+		if p.IndexPct != nil {
+			fmt.Fprintf(tw, "  producer c=%d with/without ordering index\t%s %%\t(%s/s vs %s/s)\n", p.Concurrency, num(*p.IndexPct), num(*p.WithIndex), num(p.WithTrigger))
+		}
+	}
+	for _, o := range r.Ordered {
+		fmt.Fprintf(tw, "  ordered %s keyscan/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.KeyscanPct, "%"), num(o.Keyscan), num(o.Unordered))
+		fmt.Fprintf(tw, "  ordered %s distinct/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.DistinctPct, "%"), num(o.Distinct), num(o.Unordered))
 	}
 	return tw.Flush()
 }
@@ -102,6 +111,10 @@ func AppendJSON(path string, started time.Time, m Machine, cfg Config, results [
 // label names a result's workload with its parameter.
 func label(r Result) string {
 	switch {
+	case r.Workload == WorkloadOrdered && r.TargetRate > 0:
+		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s over " + strconv.Itoa(r.Aggregates)
+	case r.Workload == WorkloadOrdered:
+		return r.Workload + " " + Shape{r.Aggregates, r.PerAggregate}.String()
 	case r.TargetRate > 0:
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.IntervalMS > 0:
@@ -110,6 +123,9 @@ func label(r Result) string {
 		trig := "+trigger"
 		if !*r.Trigger {
 			trig = "-trigger"
+		}
+		if r.OrderingIndex != nil && *r.OrderingIndex {
+			trig += " +index"
 		}
 		return r.Workload + " c=" + strconv.Itoa(r.Concurrency) + " " + trig
 	}

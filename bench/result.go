@@ -4,9 +4,10 @@ package bench
 // do not apply, or were not measured, are nil (null in JSON, "-" in the
 // table).
 type Result struct {
-	// Workload is drain, steady, idle or producer.
+	// Workload is drain, steady, idle, producer or ordered.
 	Workload string `json:"workload"`
-	// System is relay, naive or ceiling.
+	// System is relay, naive, ceiling, keyscan or distinct (the last two
+	// are the ordered relay with that design).
 	System string `json:"system"`
 	// TargetRate is the steady workload's target, events per second.
 	TargetRate int `json:"target_rate,omitempty"`
@@ -17,6 +18,15 @@ type Result struct {
 	// Trigger tells whether the producer workload ran with the outbox's
 	// insert triggers enabled.
 	Trigger *bool `json:"trigger,omitempty"`
+	// OrderingIndex tells whether the producer workload ran with the
+	// ordering index (and the ordered relay that created it).
+	OrderingIndex *bool `json:"ordering_index,omitempty"`
+	// Aggregates is how many aggregates the ordered workload's events are
+	// spread over.
+	Aggregates int `json:"aggregates,omitempty"`
+	// PerAggregate is how many events each aggregate has in an ordered
+	// drain's backlog.
+	PerAggregate int `json:"per_aggregate,omitempty"`
 
 	// Committed is how many events producers committed (or the backlog
 	// written for a drain, or the messages the ceiling published).
@@ -37,6 +47,11 @@ type Result struct {
 	Lost *int64 `json:"lost"`
 	// Duplicates is how many deliveries repeated an event.
 	Duplicates int64 `json:"duplicates"`
+	// OutOfOrder is how many first arrivals came before the first arrival
+	// of an earlier event of their aggregate, or said another aggregate or
+	// seq than was written (ordered workload, every system; must be 0 for
+	// keyscan and distinct); nil where order is not checked.
+	OutOfOrder *int64 `json:"out_of_order"`
 	// Backlog is how many rows were pending when the producers stopped
 	// (steady, idle) or when the naive drain ended.
 	Backlog *int64 `json:"backlog"`
@@ -76,8 +91,12 @@ type Ratios struct {
 	// DrainRelayVsNaiveX is the relay's drain rate as a multiple of the
 	// naive poller's.
 	DrainRelayVsNaiveX *float64 `json:"drain_relay_vs_naive_x"`
-	// Producer compares insert rates with and without the insert triggers.
+	// Producer compares insert rates with and without the insert triggers,
+	// and with and without the ordering index.
 	Producer []ProducerRatio `json:"producer"`
+	// Ordered compares, per ordered drain shape, the ordered relay's rate
+	// with each design to the relay's on the same backlog.
+	Ordered []OrderedRatio `json:"ordered"`
 }
 
 // ProducerRatio compares inserts per second at one concurrency.
@@ -87,6 +106,22 @@ type ProducerRatio struct {
 	WithoutTrigger float64 `json:"without_trigger"`
 	// Pct is WithTrigger as a percentage of WithoutTrigger.
 	Pct float64 `json:"pct"`
+	// WithIndex is the rate with the trigger and the ordering index.
+	WithIndex *float64 `json:"with_index,omitempty"`
+	// IndexPct is WithIndex as a percentage of WithTrigger.
+	IndexPct *float64 `json:"index_pct,omitempty"`
+}
+
+// OrderedRatio compares the drains of one ordered shape, events per second.
+type OrderedRatio struct {
+	Shape     string  `json:"shape"`
+	Unordered float64 `json:"unordered"`
+	Keyscan   float64 `json:"keyscan"`
+	Distinct  float64 `json:"distinct"`
+	// KeyscanPct and DistinctPct are those rates as percentages of
+	// Unordered.
+	KeyscanPct  *float64 `json:"keyscan_pct"`
+	DistinctPct *float64 `json:"distinct_pct"`
 }
 
 // ComputeRatios derives the ratios from results; a ratio whose rows are
@@ -108,25 +143,72 @@ func ComputeRatios(results []Result) Ratios {
 	if relay > 0 && naive > 0 {
 		r.DrainRelayVsNaiveX = ptr(relay / naive)
 	}
-	with, without := map[int]float64{}, map[int]float64{}
+	r.Producer = producerRatios(results)
+	r.Ordered = orderedRatios(results)
+	return r
+}
+
+func producerRatios(results []Result) []ProducerRatio {
+	with, without, index := map[int]float64{}, map[int]float64{}, map[int]float64{}
 	var order []int
 	for _, res := range results {
-		if res.Workload != WorkloadProducer || res.Trigger == nil {
-			continue
-		}
-		if *res.Trigger {
+		switch {
+		case res.Workload != WorkloadProducer || res.Trigger == nil:
+		case res.OrderingIndex != nil && *res.OrderingIndex:
+			if *res.Trigger {
+				index[res.Concurrency] = res.Rate
+			}
+		case *res.Trigger:
 			with[res.Concurrency] = res.Rate
 			order = append(order, res.Concurrency)
-		} else {
+		default:
 			without[res.Concurrency] = res.Rate
 		}
 	}
+	var out []ProducerRatio
 	for _, c := range order {
-		if w, wo := with[c], without[c]; wo > 0 {
-			r.Producer = append(r.Producer, ProducerRatio{Concurrency: c, WithTrigger: w, WithoutTrigger: wo, Pct: 100 * w / wo})
+		w, wo := with[c], without[c]
+		if wo <= 0 {
+			continue
 		}
+		p := ProducerRatio{Concurrency: c, WithTrigger: w, WithoutTrigger: wo, Pct: 100 * w / wo}
+		if wi, ok := index[c]; ok && w > 0 {
+			p.WithIndex, p.IndexPct = ptr(wi), ptr(100*wi/w)
+		}
+		out = append(out, p)
 	}
-	return r
+	return out
+}
+
+func orderedRatios(results []Result) []OrderedRatio {
+	var out []OrderedRatio
+	for _, res := range results {
+		if res.Workload != WorkloadOrdered || res.PerAggregate == 0 || res.System != SystemRelay {
+			continue
+		}
+		o := OrderedRatio{Shape: Shape{res.Aggregates, res.PerAggregate}.String(), Unordered: res.Rate}
+		for _, other := range results {
+			if other.Workload != WorkloadOrdered || other.Aggregates != res.Aggregates || other.PerAggregate != res.PerAggregate {
+				continue
+			}
+			switch other.System {
+			case SystemKeyscan:
+				o.Keyscan = other.Rate
+			case SystemDistinct:
+				o.Distinct = other.Rate
+			}
+		}
+		if o.Unordered > 0 {
+			if o.Keyscan > 0 {
+				o.KeyscanPct = ptr(100 * o.Keyscan / o.Unordered)
+			}
+			if o.Distinct > 0 {
+				o.DistinctPct = ptr(100 * o.Distinct / o.Unordered)
+			}
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 )
 
 // Run prepares the schema and the consumer, runs the selected workloads in
-// order (drain, steady, idle, producer) and returns one Result per row. On
+// order (drain, steady, idle, producer, ordered) and returns one Result per
+// row. On
 // failure it returns the results so far with the error. Unless cfg.Keep,
 // the schema is dropped and the exchange deleted at the end, whatever
 // happened. Run refuses a schema it did not create, and deletes only an
@@ -36,6 +38,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadSteady, r.steady},
 		{WorkloadIdle, r.idle},
 		{WorkloadProducer, r.producer},
+		{WorkloadOrdered, r.ordered},
 	} {
 		if !cfg.runs(w.name) {
 			continue
@@ -60,8 +63,9 @@ type runner struct {
 	results []Result
 }
 
-// open connects, creates the schema, migrates it with "outboxrelay migrate"
-// and starts the consumer.
+// open connects, creates the schema, migrates it with "outboxrelay migrate",
+// drops the ordering index a kept schema may have (only ordered runs have
+// it) and starts the consumer.
 func (r *runner) open(ctx context.Context) error {
 	db, err := openDatabase(ctx, r.cfg.DatabaseURL, r.cfg.Schema)
 	if err != nil {
@@ -69,6 +73,9 @@ func (r *runner) open(ctx context.Context) error {
 	}
 	r.db = db
 	if err := r.migrate(ctx); err != nil {
+		return err
+	}
+	if err := r.db.dropOrderingIndex(ctx); err != nil {
 		return err
 	}
 	c, err := newConsumer(r.cfg.AMQPURL, r.cfg.Exchange, r.clock)
@@ -153,22 +160,34 @@ func (r *runner) env(applicationName string) []string {
 	}
 }
 
-// system is a running relay or naive poller.
+// system is a running relay (ordered or not) or naive poller.
 type system struct {
 	name string
 	proc *process
 	app  string
 }
 
-// start starts the relay ("outboxrelay run" plus RelayArgs) or the naive
-// poller ("outboxrelay naive-relay") under a unique application_name.
+// start starts a system under a unique application_name: the relay
+// ("outboxrelay run" plus RelayArgs), the ordered relay with one of its
+// designs ("outboxrelay run --ordering=aggregate --ordered-design=…" plus
+// RelayArgs; it creates the ordering index as it migrates) or the naive
+// poller ("outboxrelay naive-relay").
 func (r *runner) start(name string) (*system, error) {
-	args := []string{"naive-relay"}
-	if name == SystemRelay {
-		args = append([]string{"run"}, r.cfg.RelayArgs...)
+	var args []string
+	switch name {
+	case SystemNaive:
+		args = []string{"naive-relay"}
+	case SystemKeyscan, SystemDistinct:
+		args = []string{"run", "--ordering=aggregate", "--ordered-design=" + name}
+	default:
+		args = []string{"run"}
+	}
+	what := "outboxrelay " + strings.Join(args, " ")
+	if name != SystemNaive {
+		args = append(args, r.cfg.RelayArgs...)
 	}
 	app := "outboxrelay-bench-" + name + "-" + randomHex(4)
-	p, err := startProcess("outboxrelay "+args[0], r.cfg.Executable, args, r.env(app))
+	p, err := startProcess(what, r.cfg.Executable, args, r.env(app))
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +209,18 @@ func (r *runner) reset(ctx context.Context) error {
 // arrival.
 func (r *runner) newRecord(size int) *record {
 	rec := newRecord(r.ids.Add(int64(size))-int64(size), size)
+	r.consumer.track(rec)
+	return rec
+}
+
+// newShapedRecord is newRecord for a paced run: with aggregates (not 0),
+// its events are spread over that many aggregates and the order of their
+// first arrivals is checked.
+func (r *runner) newShapedRecord(size, aggregates int) *record {
+	if aggregates == 0 {
+		return r.newRecord(size)
+	}
+	rec := newShapedRecord(r.ids.Add(int64(size))-int64(size), size, aggregates)
 	r.consumer.track(rec)
 	return rec
 }

@@ -17,7 +17,7 @@ func (r *runner) steady(ctx context.Context) error {
 		for _, name := range []string{SystemRelay, SystemNaive} {
 			r.log.Info("steady: start", "system", name, "rate", rate, "duration", r.cfg.SteadyDuration)
 			total := max(1, int(float64(rate)*r.cfg.SteadyDuration.Seconds()))
-			res, err := r.produce(ctx, name, r.cfg.Producers, total, float64(rate), true)
+			res, err := r.produce(ctx, pacing{system: name, producers: r.cfg.Producers, total: total, rate: float64(rate), cost: true})
 			if err != nil {
 				return err
 			}
@@ -29,21 +29,34 @@ func (r *runner) steady(ctx context.Context) error {
 	return nil
 }
 
-// produce is one paced run: it starts the system, warms it up, has k
-// producers write total events at rate, notes the backlog when they stop
-// and waits for the rest (DrainWait for the relay, naiveSettle for the
-// naive poller). With cost, it measures the system from the first event to
-// the end of the wait.
-func (r *runner) produce(ctx context.Context, name string, k, total int, rate float64, cost bool) (res Result, err error) {
+// pacing describes one paced run.
+type pacing struct {
+	system    string  // the system under test
+	producers int     // connections sharing the rate
+	total     int     // events written
+	rate      float64 // events per second, over all producers
+	cost      bool    // measure the system's CPU and memory
+	// aggregates, if not 0, spreads the events over that many aggregates
+	// (a multiple of producers), interleaved (see Shape), and checks the
+	// order of their first arrivals.
+	aggregates int
+}
+
+// produce is one paced run: it starts the system, warms it up, has the
+// producers write the events at the rate, notes the backlog when they stop
+// and waits for the rest (DrainWait for a relay, naiveSettle for the naive
+// poller). With cost, it measures the system from the first event to the
+// end of the wait.
+func (r *runner) produce(ctx context.Context, pc pacing) (res Result, err error) {
 	if err := r.reset(ctx); err != nil {
 		return Result{}, err
 	}
-	ps, err := r.db.connectProducers(ctx, k, r.payloads)
+	ps, err := r.db.connectProducers(ctx, pc.producers, r.payloads)
 	if err != nil {
 		return Result{}, err
 	}
 	defer ps.Close()
-	sys, err := r.start(name)
+	sys, err := r.start(pc.system)
 	if err != nil {
 		return Result{}, err
 	}
@@ -51,14 +64,14 @@ func (r *runner) produce(ctx context.Context, name string, k, total int, rate fl
 	if err := r.warmUp(ctx, sys, ps); err != nil {
 		return Result{}, err
 	}
-	rec := r.newRecord(total)
+	rec := r.newShapedRecord(pc.total, pc.aggregates)
 	var meter *costMeter
-	if cost {
+	if pc.cost {
 		if meter, err = beginCost(ctx, r.db, sys.proc, sys.app); err != nil {
 			return Result{}, err
 		}
 	}
-	committed, elapsed, err := ps.paced(ctx, k, rec, r.clock, rate)
+	committed, elapsed, err := ps.paced(ctx, pc.producers, rec, r.clock, pc.rate)
 	if err != nil {
 		return Result{}, err
 	}
@@ -67,23 +80,24 @@ func (r *runner) produce(ctx context.Context, name string, k, total int, rate fl
 		return Result{}, err
 	}
 	wait := r.cfg.DrainWait
-	if name == SystemNaive {
+	if pc.system == SystemNaive {
 		wait = naiveSettle
 	}
 	if _, err := r.await(ctx, rec, committed, wait, false, sys); err != nil {
 		return Result{}, err
 	}
 	res = Result{
-		System:     name,
+		System:     pc.system,
 		Committed:  committed,
 		Events:     rec.count(),
 		Seconds:    elapsed.Seconds(),
 		Rate:       float64(committed) / elapsed.Seconds(),
 		Latency:    rec.latency(),
 		Duplicates: rec.duplicates(),
+		OutOfOrder: rec.outOfOrder(),
 		Backlog:    &backlog,
 	}
-	if name == SystemRelay {
+	if pc.system != SystemNaive {
 		res.Lost = ptr(rec.lost())
 	}
 	if meter != nil {

@@ -11,7 +11,8 @@ import (
 )
 
 // BenchCmd benchmarks the relay against a naive poller and the broker's
-// ceiling; see package bench.
+// ceiling, and the ordered relay's designs against the relay; see package
+// bench.
 type BenchCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL database to benchmark in."`
 	AMQPURL     string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL (no credentials means guest/guest)."`
@@ -21,7 +22,7 @@ type BenchCmd struct {
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
 	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
 	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
-	Only     []string `name:"only" default:"drain,steady,idle,producer" help:"Workloads to run: drain, steady, idle, producer."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered" help:"Workloads to run: drain, steady, idle, producer, ordered."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
 	DrainEvents    int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
@@ -35,6 +36,11 @@ type BenchCmd struct {
 	ProducerConc   []int         `name:"producer-concurrency" default:"1,8,32" group:"Workloads" help:"Connection counts of the producer workload."`
 	ProducerDur    time.Duration `name:"producer-duration" default:"5s" group:"Workloads" help:"How long each producer run inserts."`
 	DrainWait      time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
+
+	OrderedShapes       []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
+	OrderedDistinctTime time.Duration `name:"ordered-distinct-time" default:"30s" group:"Ordered workload" help:"Most time an ordered drain with the distinct design gets; its rate is then what arrived."`
+	OrderedSteadyRate   int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
+	OrderedSteadyAggs   int           `name:"ordered-steady-aggregates" default:"1000" group:"Ordered workload" help:"Aggregates the ordered steady events are spread over (a multiple of --producers)."`
 }
 
 func (c *BenchCmd) config(stderr io.Writer) bench.Config {
@@ -58,6 +64,11 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 		ProducerDuration:    c.ProducerDur,
 		DrainWait:           c.DrainWait,
 		Logger:              c.logger(stderr),
+
+		OrderedShapes:           c.OrderedShapes,
+		OrderedDistinctTime:     c.OrderedDistinctTime,
+		OrderedSteadyRate:       c.OrderedSteadyRate,
+		OrderedSteadyAggregates: c.OrderedSteadyAggs,
 	}
 }
 

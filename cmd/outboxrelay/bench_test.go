@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,8 @@ import (
 )
 
 // TestBenchRunsAtTinySize runs the whole benchmark at a size that proves
-// every workload and the report work, asserting correctness, never speed.
+// every workload (the ordered one too) and the report work, asserting
+// correctness, never speed.
 func TestBenchRunsAtTinySize(t *testing.T) {
 	t.Parallel()
 	dbURL := testkit.NewDatabase(t)
@@ -29,7 +31,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	exchange := testkit.UniqueName("outboxrelay_bench")
 	jsonPath := filepath.Join(t.TempDir(), "bench.jsonl")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "bench",
 		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
@@ -38,6 +40,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--steady-rates=200", "--steady-duration=1s", "--producers=2",
 		"--idle-events=5", "--idle-interval=20ms",
 		"--producer-concurrency=1,2", "--producer-duration=500ms",
+		"--ordered-shapes=20x5,50x1,1x40", "--ordered-distinct-time=60s",
+		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
 		"--drain-wait=30s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -53,6 +57,10 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
 	require.Contains(t, stdout.String(), "producer c=2 with/without trigger")
+	require.Contains(t, stdout.String(), "out of order")
+	require.Contains(t, stdout.String(), "producer c=2 with/without ordering index")
+	require.Contains(t, stdout.String(), "ordered 20x5 keyscan/relay")
+	require.Contains(t, stdout.String(), "ordered 1x40 distinct/relay")
 
 	rows, machines, ratios := readBenchJSON(t, jsonPath)
 	require.Equal(t, 1, machines)
@@ -68,7 +76,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"drain", "relay"}: 1, {"drain", "naive"}: 1, {"drain", "ceiling"}: 1,
 		{"steady", "relay"}: 1, {"steady", "naive"}: 1,
 		{"idle", "relay"}: 1, {"idle", "naive"}: 1,
-		{"producer", "relay"}: 4,
+		{"producer", "relay"}: 4, {"producer", "keyscan"}: 2,
+		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4, {"ordered", "distinct"}: 4,
 	}, counts)
 
 	drain := byRow[[2]string{"drain", "relay"}]
@@ -92,8 +101,34 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	for _, r := range rows {
 		if r.Workload == "producer" {
 			require.Positive(t, r.Rate, "producer c=%d trigger=%v", r.Concurrency, *r.Trigger)
+			require.NotNil(t, r.OrderingIndex)
+			require.Equal(t, r.System == "keyscan", *r.OrderingIndex, "producer c=%d %s", r.Concurrency, r.System)
 		}
 	}
+	ordered := 0
+	for _, r := range rows {
+		if r.Workload != "ordered" {
+			continue
+		}
+		ordered++
+		what := fmt.Sprintf("ordered %s %dx%d %d/s", r.System, r.Aggregates, r.PerAggregate, r.TargetRate)
+		require.NotNil(t, r.Lost, what)
+		require.Zero(t, *r.Lost, what)
+		require.Zero(t, r.Duplicates, what)
+		require.Equal(t, r.Committed, r.Events, what)
+		require.Positive(t, r.Rate, what)
+		require.NotNil(t, r.OutOfOrder, what)
+		if r.System != "relay" {
+			require.Zero(t, *r.OutOfOrder, "%s: first arrivals out of order", what)
+		}
+		if r.TargetRate > 0 {
+			require.Equal(t, 10, r.Aggregates, what)
+			require.NotNil(t, r.Latency, what)
+		} else {
+			require.EqualValues(t, r.Aggregates*r.PerAggregate, r.Events, what)
+		}
+	}
+	require.Equal(t, 12, ordered)
 
 	pool := testkit.NewPool(t, dbURL)
 	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema), "schema dropped")

@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestShapeParsesAndPrints(t *testing.T) {
+	t.Parallel()
+	var s Shape
+	require.NoError(t, s.UnmarshalText([]byte("1000x50")))
+	require.Equal(t, Shape{Aggregates: 1000, Events: 50}, s)
+	require.Equal(t, "1000x50", s.String())
+	require.Equal(t, 50000, s.total())
+	for _, bad := range []string{"", "1000", "x50", "1000x", "ax5", "1000×50"} {
+		require.Error(t, new(Shape).UnmarshalText([]byte(bad)), bad)
+	}
+	require.ErrorContains(t, Config{OrderedShapes: []Shape{{0, 5}}}.Validate(), "OrderedShapes 0x5")
+	require.ErrorContains(t, Config{Producers: 3, Only: []string{WorkloadOrdered}}.Validate(), "OrderedSteadyAggregates 1000")
+	require.NoError(t, Config{Producers: 3, Only: []string{WorkloadDrain}, Executable: "/bin/true"}.Validate())
+}
+
+func TestPlaceIsReadFromTheMessage(t *testing.T) {
+	t.Parallel()
+	p := newPayloads(64)
+	require.Equal(t, place{aggregate: 17, seq: 12}, placeOf("17", []byte(p.withSeq(5, 12))))
+	// As PostgreSQL prints the jsonb the backlog builds.
+	require.Equal(t, place{aggregate: 0, seq: 3}, placeOf("0", []byte(`{"n": 9, "pad": "xx", "seq": 3}`)))
+	require.Equal(t, place{aggregate: -1, seq: -1}, placeOf(nil, []byte(p.of(5))))
+	require.Equal(t, place{aggregate: -1, seq: 4}, placeOf("agg-1", []byte(`{"seq": 4}`)))
+}
+
+// Two aggregates of three events: slots 0 … 5 are (aggregate, seq) (0,1),
+// (1,1), (0,2), (1,2), (0,3), (1,3).
+func TestRecordCountsFirstArrivalsOutOfOrder(t *testing.T) {
+	t.Parallel()
+	rec := newShapedRecord(100, 6, 2)
+	require.Equal(t, 2, rec.aggregates())
+	require.Equal(t, place{aggregate: 1, seq: 2}, rec.placeAt(3))
+	arrive := func(slot int, p place) { rec.receive(rec.number(slot), 1, p) }
+	arrive(0, place{0, 1})
+	arrive(4, place{0, 3}) // before (0,2): out of order
+	arrive(2, place{0, 2})
+	arrive(0, place{0, 1}) // a duplicate: not a first arrival
+	arrive(1, place{1, 1})
+	arrive(3, place{0, 2}) // says another aggregate than written
+	arrive(5, place{1, 3}) // its predecessors have all arrived
+	require.EqualValues(t, 6, rec.count())
+	require.EqualValues(t, 1, rec.duplicates())
+	require.Equal(t, ptr(int64(2)), rec.outOfOrder())
+	require.Nil(t, newRecord(0, 3).outOfOrder())
+
+	// Aggregate 0's events 2 and 3 arrive before its event 1: both late,
+	// and not only the one right after the gap.
+	rec = newShapedRecord(0, 6, 2)
+	for _, slot := range []int{2, 4, 0} {
+		rec.receive(int64(slot), 1, rec.placeAt(slot))
+	}
+	require.Equal(t, ptr(int64(2)), rec.outOfOrder())
+}
+
+func TestOrderedRatiosCompareEachDesignWithTheRelay(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	results := []Result{
+		{Workload: WorkloadProducer, System: SystemRelay, Concurrency: 8, Trigger: &yes, OrderingIndex: &no, Rate: 1000},
+		{Workload: WorkloadProducer, System: SystemRelay, Concurrency: 8, Trigger: &no, OrderingIndex: &no, Rate: 1250},
+		{Workload: WorkloadProducer, System: SystemKeyscan, Concurrency: 8, Trigger: &yes, OrderingIndex: &yes, Rate: 900},
+		{Workload: WorkloadOrdered, System: SystemRelay, Aggregates: 10, PerAggregate: 5, Rate: 200},
+		{Workload: WorkloadOrdered, System: SystemKeyscan, Aggregates: 10, PerAggregate: 5, Rate: 180},
+		{Workload: WorkloadOrdered, System: SystemDistinct, Aggregates: 10, PerAggregate: 5, Rate: 50},
+		{Workload: WorkloadOrdered, System: SystemRelay, TargetRate: 1000, Aggregates: 10, Rate: 1000},
+	}
+	r := ComputeRatios(results)
+	require.Equal(t, []ProducerRatio{{Concurrency: 8, WithTrigger: 1000, WithoutTrigger: 1250, Pct: 80, WithIndex: ptr(900.0), IndexPct: ptr(90.0)}}, r.Producer)
+	require.Equal(t, []OrderedRatio{{Shape: "10x5", Unordered: 200, Keyscan: 180, Distinct: 50, KeyscanPct: ptr(90.0), DistinctPct: ptr(25.0)}}, r.Ordered)
+	require.Equal(t, "ordered 10x5", label(results[3]))
+	require.Equal(t, "ordered 1000/s over 10", label(results[6]))
+	require.Equal(t, "producer c=8 +trigger +index", label(results[2]))
+	require.Equal(t, "producer c=8 +trigger", label(results[0]))
+}
