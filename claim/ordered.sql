@@ -14,7 +14,9 @@
 -- at a time, each once its predecessor is confirmed.
 --
 -- Steps:
---   heads  the claimable heads, at most $1 (design below);
+--   heads  the claimable heads, at most $6 (design below): $1 while
+--          aggregates are shallow; fewer, with longer runs, while they
+--          are deep (the store's depth gauge);
 --   runs   each head and up to ceil($1 / heads) - 1 more rows of its
 --          aggregate, through the ordering index;
 --   cut    each run up to its first row that is not due;
@@ -27,12 +29,14 @@
 --   sized  the count and byte budgets, filled rank by rank (the first event
 --          of every run, then the second, …) so a batch spans as many
 --          aggregates as it can.
--- It returns each row with its key as text and, in every row, the cursor:
--- the last head's id, where the next claim's walk starts.
+-- It returns each row with its key as text and, in every row, the cursor
+-- (the last head's id, where the next claim's walk starts) and "more":
+-- whether claimable heads are left beyond the batch.
 
 -- name: claim_ordered
 -- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
--- $5 cursor (a row id; 0 or a deleted row starts from the first key).
+-- $5 cursor (a row id; 0 or a deleted row starts from the first key),
+-- $6 the most heads to take (at most $1).
 WITH RECURSIVE
 start AS (
     SELECT {{keyAs "s"}} FROM {{.Table}} AS s WHERE s.{{.ID}} = $5::bigint
@@ -50,13 +54,17 @@ heads AS (
         ORDER BY {{key "p"}}, p.{{.ID}}) AS d
     WHERE ready
     ORDER BY id
-    LIMIT $1
+    LIMIT $6
+),
+-- With every head in hand, "more" is only a guess: a full batch.
+more AS (
+    SELECT count(*) >= $6 AS more FROM heads
 ),
 {{- else}}
 -- The key walk: a loose index scan over the ordering index that visits one
 -- aggregate per step, from the key after the cursor's round the table and
 -- back to it, so every aggregate gets its turn (round robin) whatever its
--- backlog. It stops as soon as it has found $1 claimable heads: a claim
+-- backlog. It stops as soon as it has found $6 claimable heads: a claim
 -- costs one index descent per aggregate it passes, never one per row.
 walk AS (
     (SELECT x.* FROM (
@@ -91,7 +99,18 @@ walk AS (
     WHERE NOT coalesce(x.wrapped AND ({{keyOf "x"}}) > (SELECT {{keyOf "start"}} FROM start), false)
 ),
 heads AS (
-    SELECT * FROM walk WHERE ready LIMIT $1
+    SELECT * FROM walk WHERE ready LIMIT $6
+),
+-- Whether the walk finds another claimable head within a short stretch
+-- ($1 / 4 + 1 aggregates) past the batch's last: only then is another
+-- worker's claim worth its walk. A walk that ran out short of $6 heads
+-- has nothing more to give.
+more AS (
+    SELECT coalesce((
+        SELECT w.ready FROM walk AS w
+        WHERE w.n > (SELECT max(n) FROM heads)
+          AND (w.ready OR w.n >= (SELECT max(n) FROM heads) + $1 / 4 + 1)
+        LIMIT 1), false) AS more
 ),
 {{- end}}
 runs AS (
@@ -142,7 +161,7 @@ WHERE o.{{.ID}} = ANY (ARRAY (SELECT id FROM sized WHERE n <= $1 AND (n = 1 OR u
 RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
     o.{{.EventType}}::text, o.{{.Payload}}::text, o.{{.Headers}}::text, o.{{.Exchange}}::text,
     o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}},
-    ROW({{key "o"}})::text, (SELECT id FROM heads ORDER BY n DESC LIMIT 1);
+    ROW({{key "o"}})::text, (SELECT id FROM heads ORDER BY n DESC LIMIT 1), (SELECT more FROM more);
 
 -- name: check_ordering
 -- $1 the table (regclass text), $2 the ordering key's columns then the id

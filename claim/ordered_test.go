@@ -147,3 +147,59 @@ func TestOrderedCheckNeedsTheIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, s.Check(context.Background()), claim.ErrNoOrderingIndex)
 }
+
+// TestOrderedClaimTakesLongerRunsOnceAggregatesProveDeep follows the depth
+// gauge: while claims take a head per aggregate, the batch spans as many
+// aggregates as it holds; once the same aggregates come back within a few
+// claims (they have more events), claims take a quarter of the heads, each
+// with a run of up to four events.
+func TestOrderedClaimTakesLongerRunsOnceAggregatesProveDeep(t *testing.T) {
+	t.Parallel()
+	s, pool := newOrderedStore(t, claim.Config{})
+	insertAggregates(t, pool, 200, 10)
+	ctx := context.Background()
+	claimAndPublish := func() claim.Batch {
+		t.Helper()
+		b, err := s.Claim(ctx, 100)
+		require.NoError(t, err)
+		_, err = s.MarkPublished(ctx, ids(b.Events))
+		require.NoError(t, err)
+		return b
+	}
+	// 200 aggregates, 100 heads a claim: the third claim meets the
+	// aggregates of the first again.
+	for i := range 3 {
+		b := claimAndPublish()
+		require.Len(t, b.Events, 100, "claim %d", i+1)
+		require.Len(t, byAggregate(b.Events), 100, "claim %d: one event per aggregate", i+1)
+	}
+	for i := range 3 {
+		b := claimAndPublish()
+		require.Len(t, b.Events, 100, "deep claim %d", i+1)
+		runs := byAggregate(b.Events)
+		require.Len(t, runs, 25, "deep claim %d: a quarter of the heads", i+1)
+		for key, run := range runs {
+			require.Len(t, run, 4, "deep claim %d: %s", i+1, key)
+			require.IsIncreasing(t, run, key)
+		}
+	}
+}
+
+// TestOrderedClaimSaysWhetherMoreIsClaimable checks Batch.More: set while
+// claimable aggregates are left past the batch, unset when every other
+// aggregate's head is in flight, so the relay wakes no worker to find
+// nothing.
+func TestOrderedClaimSaysWhetherMoreIsClaimable(t *testing.T) {
+	t.Parallel()
+	s, pool := newOrderedStore(t, claim.Config{})
+	insertAggregates(t, pool, 20, 2)
+	ctx := context.Background()
+	first, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, first.Events, 10)
+	require.True(t, first.More, "ten more aggregates are claimable")
+	second, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, second.Events, 10)
+	require.False(t, second.More, "every other aggregate's head is leased")
+}

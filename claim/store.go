@@ -65,6 +65,13 @@ type Batch struct {
 	// LeaseFor is how long the claim holds its rows, counted from the
 	// moment the claim statement started (Config.Lease); Extend renews it.
 	LeaseFor time.Duration
+	// More reports that claimable events were left beyond the batch, so
+	// another claim now would find some: in unordered mode, that the batch
+	// came back full; in ordered mode, that the claim's key walk found
+	// another claimable aggregate just past the batch's last. A full ordered
+	// batch often leaves nothing claimable: every other aggregate's head is
+	// in flight.
+	More bool
 }
 
 // Failure is an event whose publish failed.
@@ -95,6 +102,8 @@ type Store struct {
 	// cursor is where the next ordered claim's key walk starts: the id of
 	// the last aggregate head the previous one chose.
 	cursor atomic.Int64
+	// depth chooses how many aggregates an ordered claim takes.
+	depth depthGauge
 }
 
 type queries struct {
@@ -226,7 +235,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	args := []any{limit, s.cfg.Lease.Milliseconds(), lease, s.cfg.MaxBatchBytes}
 	ordered := s.cfg.Ordering == OrderAggregate
 	if ordered {
-		args = append(args, s.cursor.Load())
+		args = append(args, s.cursor.Load(), s.depth.heads(limit))
 	}
 	rows, err := s.db.Query(ctx, s.q.claim, args...)
 	if err != nil {
@@ -239,7 +248,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		overflow []int64 // claimed, but over the budget once received
 		// firstBack maps an aggregate to its first row in overflow.
 		firstBack map[string]int64
+		batchMore bool // ordered: the statement's "more"
 	)
+	var keys []string // ordered: each row's aggregate
 	if ordered {
 		firstBack = map[string]int64{}
 	}
@@ -252,11 +263,12 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		var (
 			payload *string
 			cursor  *int64
+			more    bool
 		)
 		dest := []any{&e.ID, &e.EventID, &aggregateType, &aggregateID, &evType,
 			&payload, &headers, &exchange, &routingKey, &e.CreatedAt, &e.Attempts}
 		if ordered {
-			dest = append(dest, &e.OrderingKey, &cursor)
+			dest = append(dest, &e.OrderingKey, &cursor, &more)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
@@ -264,6 +276,10 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		}
 		if cursor != nil {
 			s.cursor.Store(*cursor)
+		}
+		batchMore = batchMore || more
+		if ordered {
+			keys = append(keys, e.OrderingKey)
 		}
 		n := len(deref(payload)) + len(deref(headers))
 		received += n
@@ -309,7 +325,12 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		// lapses: later, never lost.
 		_, _ = s.Release(ctx, lease, overflow)
 	}
-	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease}, nil
+	more := len(events)+len(overflow) >= limit
+	if ordered {
+		more = batchMore
+		s.depth.observe(limit, keys)
+	}
+	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease, More: more}, nil
 }
 
 // cutAfterOverflow keeps an ordered batch gap-free once some of its rows
