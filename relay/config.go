@@ -55,6 +55,14 @@ type Config struct {
 	BusyRate float64
 	// BusyPollInterval is how often a busy relay claims. Default 2ms.
 	BusyPollInterval time.Duration
+	// Ordered tells the relay that the store claims in ordered mode
+	// (claim.Config.Ordered). A busy relay then skips its poll while a
+	// worker has a batch in flight and the last claim found no claimable
+	// aggregate beyond its batch (claim.Batch.More): such a claim walks
+	// every aggregate to find nothing, and the worker in flight claims
+	// again, round the whole table, as soon as its batch settles.
+	// Default false.
+	Ordered bool
 	// Logger receives the relay's logs. Default: discarded.
 	Logger *slog.Logger
 	// Clock tells the time and makes timers. Default: the system clock.

@@ -106,7 +106,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		case <-r.cfg.Clock.After(wait):
 		}
 		now := r.cfg.Clock.Now()
-		if !open {
+		if !open && !r.sparePoll() {
 			r.poke()
 		}
 		if now.Sub(lastSample) < rateSampleEvery {
@@ -131,6 +131,14 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			}
 		}
 	}
+}
+
+// sparePoll reports whether a busy poll would only walk an ordered table
+// to find nothing (Config.Ordered): a worker is in flight, and will claim
+// again once its batch settles, and the last claim found nothing beyond its
+// batch.
+func (r *Relay) sparePoll() bool {
+	return r.cfg.Ordered && r.dry.Load() && r.inFlight.Load() > 0
 }
 
 func (r *Relay) closeGate(ctx context.Context) error {

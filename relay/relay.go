@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -58,6 +59,10 @@ type Relay struct {
 	retryDue chan time.Duration
 	stats    stats
 	meter    meter
+	// inFlight counts the workers holding a batch; dry is whether the last
+	// claim left nothing claimable beyond its batch (see Config.Ordered).
+	inFlight atomic.Int32
+	dry      atomic.Bool
 
 	// claimBackoff spaces out claims after the database failed one; every
 	// worker shares it, and a successful claim resets it.
@@ -196,6 +201,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		r.claimBackoff.Reset()
 		r.claimMu.Unlock()
 		n := len(batch.Events)
+		r.dry.Store(!batch.More)
 		if n == 0 {
 			return
 		}
@@ -205,10 +211,12 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			return
 		}
 		full := n == r.cfg.BatchSize
-		if full {
+		if batch.More {
 			r.poke() // more is waiting: let another worker join in
 		}
+		r.inFlight.Add(1)
 		r.process(ctx, drainCtx, batch, claimed)
+		r.inFlight.Add(-1)
 		// An ordered batch may have held back an aggregate's later events,
 		// written meanwhile: their notification found the aggregate blocked
 		// by this batch's head, and nothing else would wake a claim for

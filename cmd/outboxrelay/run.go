@@ -165,6 +165,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		MarkRetry:        c.Lease,
 		BusyRate:         c.BusyRate,
 		BusyPollInterval: c.BusyPoll,
+		Ordered:          cc.Ordered(),
 	}
 	if err := rc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
