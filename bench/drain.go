@@ -41,15 +41,11 @@ func (r *runner) drainRelay(ctx context.Context) (res Result, err error) {
 		return Result{}, err
 	}
 	start := r.clock.now()
-	sys, err := r.start(SystemRelay)
+	sys, meter, err := r.startMetered(ctx, SystemRelay)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stopSystem(sys, &err)
-	meter, err := beginCost(ctx, r.db, sys.proc, sys.app)
-	if err != nil {
-		return Result{}, err
-	}
 	if _, err := r.await(ctx, rec, int64(rec.size()), r.cfg.DrainWait, true, sys); err != nil {
 		return Result{}, err
 	}
@@ -65,15 +61,11 @@ func (r *runner) drainNaive(ctx context.Context) (res Result, err error) {
 		return Result{}, err
 	}
 	start := time.Now()
-	sys, err := r.start(SystemNaive)
+	sys, meter, err := r.startMetered(ctx, SystemNaive)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stopSystem(sys, &err)
-	meter, err := beginCost(ctx, r.db, sys.proc, sys.app)
-	if err != nil {
-		return Result{}, err
-	}
 	timer := time.NewTimer(r.cfg.NaiveDrainTime)
 	defer timer.Stop()
 	select {

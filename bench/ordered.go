@@ -64,15 +64,11 @@ func (r *runner) orderedDrain(ctx context.Context, ps *producers, shape Shape, n
 	}
 	rec.commitAll(r.clock.now())
 	start := r.clock.now()
-	sys, err := r.start(name)
+	sys, meter, err := r.startMetered(ctx, name)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stopSystem(sys, &err)
-	meter, err := beginCost(ctx, r.db, sys.proc, sys.app)
-	if err != nil {
-		return Result{}, err
-	}
 	waitCtx := ctx
 	if name == SystemDistinct {
 		var cancel context.CancelFunc
@@ -154,17 +150,11 @@ func (r *runner) orderingIndexFor(ctx context.Context, ps *producers, name strin
 	if has, err := r.db.hasOrderingIndex(ctx); err != nil || has {
 		return err
 	}
-	if err := r.reset(ctx); err != nil {
-		return err
-	}
-	sys, err := r.start(name)
+	sys, err := r.startWarm(ctx, ps, name)
 	if err != nil {
 		return err
 	}
 	defer stopSystem(sys, &err)
-	if err := r.warmUp(ctx, sys, ps); err != nil {
-		return err
-	}
 	_, err = r.checkOrderingIndex(ctx, name)
 	return err
 }

@@ -34,17 +34,11 @@ func (r *runner) producer(ctx context.Context) error {
 // producerPhase runs every concurrency with each of triggers, with the
 // system name running on a table emptied first.
 func (r *runner) producerPhase(ctx context.Context, ps *producers, name string, triggers []bool) (err error) {
-	if err := r.reset(ctx); err != nil {
-		return err
-	}
-	sys, err := r.start(name)
+	sys, err := r.startWarm(ctx, ps, name)
 	if err != nil {
 		return err
 	}
 	defer stopSystem(sys, &err)
-	if err := r.warmUp(ctx, sys, ps); err != nil {
-		return err
-	}
 	index, err := r.checkOrderingIndex(ctx, name)
 	if err != nil {
 		return err

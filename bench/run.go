@@ -295,6 +295,37 @@ func (r *runner) awaitPending(ctx context.Context, limit time.Duration, sys *sys
 	}
 }
 
+// startMetered starts the system name and begins to meter its cost.
+func (r *runner) startMetered(ctx context.Context, name string) (*system, *costMeter, error) {
+	sys, err := r.start(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	meter, err := beginCost(ctx, r.db, sys.proc, sys.app)
+	if err != nil {
+		stopSystem(sys, &err)
+		return nil, nil, err
+	}
+	return sys, meter, nil
+}
+
+// startWarm empties the table, starts the system name and waits until it
+// has delivered one event of ps.
+func (r *runner) startWarm(ctx context.Context, ps *producers, name string) (*system, error) {
+	if err := r.reset(ctx); err != nil {
+		return nil, err
+	}
+	sys, err := r.start(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.warmUp(ctx, sys, ps); err != nil {
+		stopSystem(sys, &err)
+		return nil, err
+	}
+	return sys, nil
+}
+
 // stopSystem stops sys; its error becomes *err unless there already is one
 // (often the same exit, seen earlier).
 func stopSystem(sys *system, err *error) {

@@ -48,22 +48,16 @@ type pacing struct {
 // poller). With cost, it measures the system from the first event to the
 // end of the wait.
 func (r *runner) produce(ctx context.Context, pc pacing) (res Result, err error) {
-	if err := r.reset(ctx); err != nil {
-		return Result{}, err
-	}
 	ps, err := r.db.connectProducers(ctx, pc.producers, r.payloads)
 	if err != nil {
 		return Result{}, err
 	}
 	defer ps.Close()
-	sys, err := r.start(pc.system)
+	sys, err := r.startWarm(ctx, ps, pc.system)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stopSystem(sys, &err)
-	if err := r.warmUp(ctx, sys, ps); err != nil {
-		return Result{}, err
-	}
 	rec := r.newShapedRecord(pc.total, pc.aggregates)
 	var meter *costMeter
 	if pc.cost {
