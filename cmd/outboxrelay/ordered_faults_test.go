@@ -1,11 +1,3 @@
-//go:build faults
-
-// This test runs three race-built relays through a kill and broker faults
-// for about a minute of both cores; beside the rest of the main suite it
-// starved timing-sensitive tests of other packages. Until it is cheaper,
-// it builds with the faults tag only, and the fault suite runs the same
-// scenario (testkit.OrderedFaults) as its scenario 11.
-
 package main_test
 
 import (
