@@ -491,8 +491,12 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	table, _ := splitTable(s.cfg.Table)
 	cols := append(slices.Clone(s.cfg.OrderingKey), s.cfg.Columns.ID)
-	var ok bool
-	if err := queryRow(ctx, s.db, s.q.checkOrdering, []any{pgx.Identifier(table).Sanitize(), cols}, &ok); err != nil {
+	rows, err = s.db.Query(ctx, s.q.checkOrdering, pgx.Identifier(table).Sanitize(), cols)
+	if err != nil {
+		return fmt.Errorf("check ordering index: %w", err)
+	}
+	ok, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
 		return fmt.Errorf("check ordering index: %w", err)
 	}
 	if !ok {
@@ -507,25 +511,6 @@ func (s *Store) Check(ctx context.Context) error {
 // with the ordering key and the id column: every ordered claim would then
 // scan the table.
 var ErrNoOrderingIndex = errors.New("no ordering index")
-
-func queryRow(ctx context.Context, db DB, sql string, args []any, dest ...any) error {
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	rows.Close()
-	return rows.Err()
-}
 
 // Unblocks reports whether recording f, a failure of an ordered batch,
 // lets the later events of its aggregate go: only when f is dead-lettered

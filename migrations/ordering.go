@@ -46,11 +46,12 @@ func EnsureOrderingIndex(ctx context.Context, conn *pgx.Conn, key []string, logg
 	case err != pgx.ErrNoRows:
 		return fmt.Errorf("migrate: look up ordering index: %w", err)
 	}
-	cols := make([]string, 0, len(key)+1)
-	for _, c := range slices.Concat(key, []string{"id"}) {
-		cols = append(cols, pgx.Identifier{c}.Sanitize())
+	names := slices.Concat(key, []string{"id"})
+	cols := make([]string, len(names))
+	for i, c := range names {
+		cols[i] = pgx.Identifier{c}.Sanitize()
 	}
-	logger.Info("creating the ordering index", "index", OrderingIndex, "columns", strings.Join(slices.Concat(key, []string{"id"}), ", "))
+	logger.Info("creating the ordering index", "index", OrderingIndex, "columns", strings.Join(names, ", "))
 	sql := fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON outbox (%s) WHERE status IN ('pending', 'failed')",
 		pgx.Identifier{OrderingIndex}.Sanitize(), strings.Join(cols, ", "))
 	if _, err := conn.Exec(ctx, sql); err != nil {

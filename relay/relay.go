@@ -178,8 +178,9 @@ func (r *Relay) work(ctx, drainCtx context.Context) {
 	}
 }
 
-// pass claims and publishes batches until one comes back short. ctx ends
-// claiming; drainCtx bounds the batch in flight.
+// pass claims and publishes batches until one leaves nothing more
+// (claim.Batch.More), or, for ordered batches, until one comes back empty.
+// ctx ends claiming; drainCtx bounds the batch in flight.
 func (r *Relay) pass(ctx, drainCtx context.Context) {
 	for {
 		if err := r.pub.WaitReady(ctx); err != nil {
@@ -210,7 +211,6 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
 			return
 		}
-		full := n == r.cfg.BatchSize
 		if batch.More {
 			r.poke() // more is waiting: let another worker join in
 		}
@@ -221,7 +221,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		// written meanwhile: their notification found the aggregate blocked
 		// by this batch's head, and nothing else would wake a claim for
 		// them before the fallback poll. Claim again now that it is done.
-		if !full && !ordered(batch) {
+		if !batch.More && !ordered(batch) {
 			return
 		}
 	}
