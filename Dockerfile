@@ -8,5 +8,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /outboxrelay ./cmd/outb
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /outboxrelay /outboxrelay
+# /metrics, /livez and /readyz (--http-addr)
+EXPOSE 9464
 ENTRYPOINT ["/outboxrelay"]
 CMD ["run"]

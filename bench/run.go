@@ -157,6 +157,9 @@ func (r *runner) env(applicationName string) []string {
 		"OUTBOX_EXCHANGE=" + r.cfg.Exchange,
 		"OUTBOX_LOG_FORMAT=json",
 		"OUTBOX_LOG_LEVEL=warn",
+		// Metrics on (as by default), on a port of each relay's own;
+		// --relay-arg=--http-addr= turns them off.
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
 	}
 }
 

@@ -80,3 +80,32 @@ SELECT {{.ID}}, {{.EventID}}, {{.AggregateType}}, {{.AggregateID}}, {{.EventType
     {{.Payload}}, {{.Headers}}, {{.Exchange}}, {{.RoutingKey}}, {{.Status}}, {{.Attempts}},
     {{.AvailableAt}}, {{.LeaseID}}, {{.LastError}}, {{.CreatedAt}}, {{.PublishedAt}}
 FROM {{.Table}} LIMIT 0;
+
+-- name: check_trigger
+-- $1 the table (regclass text). Whether an enabled trigger on the table runs
+-- outboxrelay_notify(), the function that sends the relay's NOTIFY (the
+-- migrations and sql/outboxrelay_install.sql both install it).
+SELECT EXISTS (
+    SELECT 1 FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid
+    WHERE t.tgrelid = $1::regclass AND p.proname = 'outboxrelay_notify' AND t.tgenabled <> 'D');
+
+-- name: sample
+-- $1 the table (regclass text); $2 whether dead-lettered events block
+-- their aggregates (ordered mode under the block policy). The table's
+-- gauges in one statement, so one snapshot: pending and failed rows are
+-- counted through their partial indexes (the backlog and the dead letters,
+-- not the table), the oldest pending event is the head of the pending
+-- index, the planner's row count (refreshed by autovacuum and ANALYZE)
+-- stands for the whole table, and the blocked aggregates are read through
+-- the failed index only when $2 holds (the subquery is an InitPlan,
+-- evaluated only when the CASE reaches it).
+SELECT
+    (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Pending}}),
+    (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Failed}}),
+    (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass),
+    coalesce(extract(epoch FROM clock_timestamp() - (
+        SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
+        WHERE {{.Status}} = {{.Pending}} ORDER BY {{.ID}} LIMIT 1)), 0)::float8,
+    CASE WHEN $2::bool THEN (SELECT count(*) FROM (
+        SELECT DISTINCT {{key "o"}} FROM {{.Table}} AS o WHERE o.{{.Status}} = {{.Failed}}) AS blocked)
+    ELSE 0 END;

@@ -87,6 +87,8 @@ type Failure struct {
 type RetryResult struct {
 	Dead int             // events dead-lettered
 	Due  []time.Duration // for each event put back, the delay until it is due
+	// DeadIndex holds the index in failures of each event dead-lettered.
+	DeadIndex []int
 }
 
 // Store runs the outbox statements against one table.
@@ -107,8 +109,11 @@ type Store struct {
 }
 
 type queries struct {
+	// table is the table's name, quoted: in statements, and as regclass
+	// text for the catalog queries.
+	table                                                                string
 	claim, markPublished, retry, extend, release, deletePublished, check string
-	checkOrdering                                                        string
+	checkOrdering, checkTrigger, sample                                  string
 }
 
 // New validates cfg and renders the store's statements for its table.
@@ -168,6 +173,7 @@ func render(cfg Config) (queries, error) {
 		named[strings.TrimSpace(name)] = strings.TrimSpace(b.String())
 	}
 	q := queries{
+		table:           data["Table"],
 		claim:           named["claim"],
 		markPublished:   named["mark_published"],
 		retry:           named["retry"],
@@ -176,6 +182,8 @@ func render(cfg Config) (queries, error) {
 		deletePublished: named["delete_published"],
 		check:           named["check"],
 		checkOrdering:   named["check_ordering"],
+		checkTrigger:    named["check_trigger"],
+		sample:          named["sample"],
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]
@@ -393,6 +401,7 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (R
 		if s.deadLetters(f) {
 			statuses[i] = s.cfg.Statuses.Failed
 			res.Dead++
+			res.DeadIndex = append(res.DeadIndex, i)
 			continue
 		}
 		statuses[i] = s.cfg.Statuses.Pending
@@ -489,9 +498,8 @@ func (s *Store) Check(ctx context.Context) error {
 	if s.cfg.Ordering != OrderAggregate {
 		return nil
 	}
-	table, _ := splitTable(s.cfg.Table)
 	cols := append(slices.Clone(s.cfg.OrderingKey), s.cfg.Columns.ID)
-	rows, err = s.db.Query(ctx, s.q.checkOrdering, pgx.Identifier(table).Sanitize(), cols)
+	rows, err = s.db.Query(ctx, s.q.checkOrdering, s.q.table, cols)
 	if err != nil {
 		return fmt.Errorf("check ordering index: %w", err)
 	}

@@ -100,7 +100,8 @@ func TestSlowBroker(t *testing.T) {
 }
 
 // watchBlockedRelay samples the relay's PostgreSQL sessions and claims
-// while the alarm lasts. Once the relay has logged that its connection is
+// while the alarm lasts, after checking that its metrics and /readyz say
+// it is blocked. Once the relay has logged that its connection is
 // blocked, it must not claim again until the alarm clears, and at no
 // sample may one of its sessions sit in an open transaction.
 func watchBlockedRelay(t *testing.T, w *world, p *testkit.Process, tag string, over <-chan time.Time) {
@@ -108,6 +109,13 @@ func watchBlockedRelay(t *testing.T, w *world, p *testkit.Process, tag string, o
 	testkit.WaitFor(t, 30*time.Second, "the relay to see its connection blocked", func() bool {
 		return strings.Contains(p.Out.String(), "connection blocked by broker")
 	})
+	// Operators see it: the relay is not ready, and says why.
+	addr := testkit.HTTPAddr(t, p.Out)
+	testkit.AwaitMetrics(t, addr, 10*time.Second, "outboxrelay_broker_blocked", func(m testkit.Metrics) bool {
+		return m.Value("outboxrelay_broker_blocked") == 1 && m.Value("outboxrelay_ready") == 0 &&
+			m.Value("outboxrelay_connection_up", "service", "rabbitmq") == 1
+	})
+	require.Contains(t, testkit.AwaitStatus(t, addr, "/readyz", 503), "blocked by the broker")
 	claims := func() int64 {
 		return testkit.QueryInt(t, w.pool, `SELECT coalesce(sum(attempts), 0) FROM outbox WHERE event_type = $1`, tag)
 	}

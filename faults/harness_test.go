@@ -52,6 +52,7 @@ func (w *world) relayThrough(databaseURL, amqpURL string, args ...string) *testk
 		"AMQP_URL=" + amqpURL,
 		"OUTBOX_EXCHANGE=" + w.exchange,
 		"OUTBOX_LOG_FORMAT=json",
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0", // metrics on, on a port of its own
 	}
 	return testkit.StartProcess(w.t, binary, env, append([]string{"run", "--no-migrate"}, args...)...)
 }

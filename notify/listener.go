@@ -31,6 +31,9 @@ type Listener struct {
 	log         *slog.Logger
 	wake        chan struct{}
 	running     atomic.Bool
+	// listening is set once LISTEN succeeds and cleared when the
+	// connection is lost or abandoned (see Connected).
+	listening atomic.Bool
 
 	// The heartbeat: the watchdog sends sequence number pingSeq through the
 	// Pinger; the listening connection records the highest number it got
@@ -84,6 +87,11 @@ func New(cfg Config) (*Listener, error) {
 // while the receiver is busy is a single wake-up. A wake-up means "look at
 // the table", nothing more.
 func (l *Listener) C() <-chan struct{} { return l.wake }
+
+// Connected reports whether the listener is LISTENing on Channel now: set
+// once LISTEN succeeds, cleared as soon as the connection is found lost
+// (by pgx, or by the heartbeat within PingInterval + PingTimeout).
+func (l *Listener) Connected() bool { return l.listening.Load() }
 
 // Run listens until ctx is cancelled, reconnecting as often as needed, and
 // then returns nil. A connection failure is never returned: it is logged
@@ -259,6 +267,7 @@ func (s *session) current() (gen uint64, connected bool) {
 // closing the socket also ends pgx's background close of an interrupted
 // connection, which would otherwise wait on a silent peer.
 func (s *session) abandon() {
+	s.l.listening.Store(false)
 	s.cancel()
 	s.mu.Lock()
 	conn := s.conn
@@ -280,6 +289,7 @@ func (e *connectError) Unwrap() error { return e.err }
 func (s *session) connect(ctx context.Context) (*pgx.Conn, error) {
 	l := s.l
 	s.setConn(nil)
+	l.listening.Store(false)
 	if l.waitNext {
 		d := l.backoff.NextBackOff()
 		l.log.Debug("listener reconnecting", "delay", d)
@@ -400,6 +410,7 @@ func (h channelHandler) HandleBacklog(_ context.Context, channel string, conn *p
 		l.log.Info("listener connected", "channel", channel, "pid", pid)
 	}
 	l.listened = true
+	l.listening.Store(true)
 	l.attempts = 0
 	if l.onListening != nil {
 		l.onListening(pid)

@@ -316,3 +316,19 @@ func TestNeverLogsPassword(t *testing.T) {
 	require.Contains(t, logs, proxy.Addr(), "the logs do name the target")
 	require.NotContains(t, logs, password)
 }
+
+func TestConnectedFollowsTheListeningConnection(t *testing.T) {
+	t.Parallel()
+	dbURL, _, cfg := database(t)
+	proxyURL, proxy := proxied(t, dbURL, "")
+	cfg.ConnConfig = parseConfig(t, proxyURL)
+	h := start(t, cfg)
+	h.awaitListening(t)
+	require.True(t, h.l.Connected())
+
+	proxy.Cut() // the connection drops, and reconnecting fails
+	testkit.WaitFor(t, eventTimeout, "the listener to see its connection gone", func() bool { return !h.l.Connected() })
+	proxy.Restore()
+	h.awaitListening(t)
+	require.True(t, h.l.Connected())
+}

@@ -41,6 +41,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		}
 		todo = append(todo, i)
 	}
+	if spans := p.startSpans(ctx, msgs, exchanges); spans != nil {
+		defer endSpans(spans, errs)
+	}
 	if len(todo) == 0 {
 		return errs
 	}

@@ -182,6 +182,15 @@ func (p *Publisher) declare(ch *amqp.Channel) error {
 	return nil
 }
 
+// State reports whether the publisher has a connection to the broker now,
+// and whether the broker blocks it (a resource alarm): Publish can succeed
+// only when connected and not blocked.
+func (p *Publisher) State() (connected, blocked bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn != nil, p.conn != nil && p.isBlock
+}
+
 // changedLocked wakes every WaitReady. p.mu must be held.
 func (p *Publisher) changedLocked() {
 	close(p.changed)

@@ -22,6 +22,7 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 		results  []error
 		failures []claim.Failure
 	)
+	start := r.cfg.Clock.Now()
 	if ordered(batch) {
 		sent, results = batch.Events, r.publishOrdered(drainCtx, batch.Lease, batch.Events)
 	} else {
@@ -38,14 +39,17 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 		}
 		results = r.pub.Publish(drainCtx, msgs)
 	}
+	confirmed := r.cfg.Clock.Now()
 
 	published := make([]int64, 0, len(sent))
+	lags := make([]time.Duration, 0, len(sent))
 	var unsettled []int64
 	for i, err := range results {
 		e := sent[i]
 		switch {
 		case err == nil:
 			published = append(published, e.ID)
+			lags = append(lags, confirmed.Sub(e.CreatedAt))
 		case errors.Is(err, errDeadLettered):
 			// Settled already, mid-batch.
 		case errors.Is(err, errHeldBack):
@@ -59,7 +63,9 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err})
 		}
 	}
-	r.markPublished(drainCtx, published)
+	if r.markPublished(drainCtx, published) {
+		r.obs.Published(lags, confirmed.Sub(start))
+	}
 	r.retry(ctx, drainCtx, batch.Lease, failures)
 	r.release(drainCtx, batch.Lease, unsettled)
 	r.log.Debug("batch settled", "claimed", len(batch.Events), "published", len(published),
@@ -69,10 +75,10 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 // markPublished records confirmed events, retrying a failing database for up
 // to MarkRetry (and no later than the shutdown deadline). If it still fails
 // the leases expire and the events are published again: a duplicate, never
-// a loss.
-func (r *Relay) markPublished(drainCtx context.Context, ids []int64) {
+// a loss. It reports whether the marks went through.
+func (r *Relay) markPublished(drainCtx context.Context, ids []int64) bool {
 	if len(ids) == 0 {
-		return
+		return false
 	}
 	r.stats.published.Add(int64(len(ids)))
 	ctx, cancel := r.withTimeout(drainCtx, r.cfg.MarkRetry)
@@ -98,7 +104,9 @@ func (r *Relay) markPublished(drainCtx context.Context, ids []int64) {
 		}
 		r.log.Error("mark published gave up; the events will be published again when their lease expires",
 			"err", err, "events", len(ids))
+		return false
 	}
+	return true
 }
 
 // retry records failed publishes: each event goes back on the store's retry
@@ -118,6 +126,7 @@ func (r *Relay) retry(ctx, drainCtx context.Context, lease claim.LeaseID, failur
 	}
 	r.stats.failed.Add(int64(len(res.Due)))
 	r.stats.dead.Add(int64(res.Dead))
+	r.observeFailures(failures, res.DeadIndex)
 	r.log.Warn("publish failed", "err", failures[0].Err, "events", len(failures), "dead_lettered", res.Dead)
 	for _, d := range res.Due {
 		r.wakeAfter(ctx, d)
@@ -142,6 +151,7 @@ func (r *Relay) release(drainCtx context.Context, lease claim.LeaseID, ids []int
 		return
 	}
 	r.stats.released.Add(int64(len(ids)))
+	r.obs.Released(len(ids))
 	r.log.Info("released unpublished events", "events", len(ids))
 }
 
@@ -156,6 +166,39 @@ func (r *Relay) graceAfter(drainCtx context.Context) (context.Context, context.C
 			stop()
 		}
 		cancel()
+	}
+}
+
+// observeFailures tells the observer, by reason, how many of the recorded
+// failures were retried and how many dead-lettered (dead holds the indexes
+// of those).
+func (r *Relay) observeFailures(failures []claim.Failure, dead []int) {
+	type count struct{ retried, dead int }
+	byReason := map[string]*count{}
+	isDead := make(map[int]bool, len(dead))
+	for _, i := range dead {
+		isDead[i] = true
+	}
+	for i, f := range failures {
+		reason := Reason(f.Err)
+		c := byReason[reason]
+		if c == nil {
+			c = &count{}
+			byReason[reason] = c
+		}
+		if isDead[i] {
+			c.dead++
+		} else {
+			c.retried++
+		}
+	}
+	for reason, c := range byReason {
+		if c.retried > 0 {
+			r.obs.Retried(reason, c.retried)
+		}
+		if c.dead > 0 {
+			r.obs.DeadLettered(reason, c.dead)
+		}
 	}
 }
 

@@ -63,6 +63,8 @@ type Config struct {
 	// again, round the whole table, as soon as its batch settles.
 	// Default false.
 	Ordered bool
+	// Observer is told what the relay does, for metrics. Default: nobody.
+	Observer Observer
 	// Logger receives the relay's logs. Default: discarded.
 	Logger *slog.Logger
 	// Clock tells the time and makes timers. Default: the system clock.
@@ -91,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
 	}
 	return c
 }

@@ -44,4 +44,10 @@
 // its deadline leaves its events leased until their lease expires: they
 // are claimed again then, a confirmed one perhaps published twice, none
 // lost.
+//
+// A Config.Observer (package metrics has one) is told what the relay does:
+// each claim with its duration and size, each batch's published events
+// with their lag and the batch's publish time, the events retried and
+// dead-lettered by Reason, those released, and the gate's state. Relay.Live
+// tells a liveness probe whether the loops run.
 package relay

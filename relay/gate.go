@@ -148,6 +148,9 @@ func (r *Relay) closeGate(ctx context.Context) error {
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("closing the notification gate failed", "err", err)
 	}
+	if err == nil {
+		r.obs.GateClosed(true)
+	}
 	return err
 }
 
@@ -157,8 +160,12 @@ func (r *Relay) closeGate(ctx context.Context) error {
 func (r *Relay) openGate(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, gateTimeout)
 	defer cancel()
-	if err := r.cfg.Gate.Open(ctx); err != nil && ctx.Err() == nil {
+	err := r.cfg.Gate.Open(ctx)
+	if err != nil && ctx.Err() == nil {
 		r.log.Warn("opening the notification gate failed", "err", err)
+	}
+	if err == nil {
+		r.obs.GateClosed(false)
 	}
 	r.poke()
 }

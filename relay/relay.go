@@ -53,6 +53,7 @@ type Relay struct {
 	pub      Publisher
 	listener Listener
 	log      *slog.Logger
+	obs      Observer
 	wake     chan struct{}
 	// retryDue carries the delay until a retry falls due to the poll loop,
 	// which keeps one timer for the earliest.
@@ -63,6 +64,8 @@ type Relay struct {
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
 	inFlight atomic.Int32
 	dry      atomic.Bool
+	// live is set while Run's loops run (see Live).
+	live atomic.Bool
 
 	// claimBackoff spaces out claims after the database failed one; every
 	// worker shares it, and a successful claim resets it.
@@ -83,6 +86,7 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		pub:      pub,
 		listener: listener,
 		log:      cfg.Logger.With("component", "relay"),
+		obs:      cfg.Observer,
 		wake:     make(chan struct{}, 1),
 		retryDue: make(chan time.Duration, 1),
 		claimBackoff: backoff.NewExponentialBackOff(
@@ -92,6 +96,11 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 			backoff.WithClockProvider(cfg.Clock)),
 	}, nil
 }
+
+// Live reports whether Run's loops are running: from when they have all
+// started until shutdown has stopped them. It checks no outside service,
+// for a liveness probe.
+func (r *Relay) Live() bool { return r.live.Load() }
 
 // poke asks for a claim pass; pokes made while one is pending coalesce.
 func (r *Relay) poke() {
@@ -152,7 +161,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		loops.Go(func() { r.work(workCtx, drainCtx) })
 	}
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
+	r.live.Store(true)
 	loops.Wait()
+	r.live.Store(false)
 	stopParts()
 	parts.Wait()
 	r.logSummary()
@@ -202,6 +213,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		r.claimBackoff.Reset()
 		r.claimMu.Unlock()
 		n := len(batch.Events)
+		r.obs.Claimed(n, r.cfg.Clock.Now().Sub(claimed))
 		r.dry.Store(!batch.More)
 		if n == 0 {
 			return

@@ -7,7 +7,7 @@
 --   * the columns the relay needs that the table lacks (each commented
 --     'added by outboxrelay', so the uninstall script can find them);
 --   * a unique index on the ordering column and partial indexes on what the
---     relay claims and what its cleanup deletes;
+--     relay claims, what its cleanup deletes and the dead letters it counts;
 --   * the trigger function outboxrelay_notify() and a statement-level
 --     AFTER INSERT trigger that sends NOTIFY on the channel (one
 --     notification per inserting transaction, constant payload), and the
@@ -130,6 +130,8 @@ BEGIN
         left(tbl, 40) || '_relay_pending_idx', rel, id_col, st_col, pending);
     EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (published_at) WHERE %I = %L',
         left(tbl, 40) || '_relay_published_idx', rel, st_col, published);
+    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (%I) WHERE %I = %L',
+        left(tbl, 40) || '_relay_failed_idx', rel, id_col, st_col, failed);
 
     -- Ordered mode walks this index from aggregate to aggregate and along
     -- each aggregate's events; only the rows that can hold an aggregate

@@ -4,10 +4,28 @@
 //
 //	outboxrelay [run]     relay events (the default; applies migrations first)
 //	outboxrelay migrate   apply the schema migrations and exit
+//	outboxrelay status    counts per status, oldest pending age, dead letters by type, blocked aggregates
+//	outboxrelay dead      list dead-lettered events
+//	outboxrelay requeue   put dead-lettered events back to pending and wake the relays
+//	outboxrelay emit      insert test events, once, --count N of them, or at a --rate
+//	outboxrelay sql       print the drop-in install SQL for --table and its mapping
 //
 // Every flag has an environment variable; --help lists them with defaults.
-// Exit codes: 0 after a clean shutdown, 2 for bad configuration or a service
-// that cannot be reached at start-up, 1 for any other failure.
+// The admin subcommands (status, dead, requeue, emit, sql) take run's
+// database, table, column, status and ordering flags; they print data on
+// stdout (a table, or JSON with --json) and diagnostics on stderr.
+//
+// Exit codes:
+//
+//	0  success: a clean shutdown of run; an admin command that did its
+//	   work, including one that found nothing (dead with no match, requeue
+//	   matching nothing or an --id that is not dead-lettered, which it
+//	   names on stderr) and emit stopped by SIGINT/SIGTERM
+//	1  any other failure (a statement that failed, a permission denied,
+//	   a connection lost while working)
+//	2  bad configuration or usage (an unknown flag, a bad value, requeue
+//	   without exactly one of --id, --event-type, --all, a table or column
+//	   that does not exist) or a service that cannot be reached at start-up
 package main
 
 import (
@@ -73,6 +91,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit fun
 		err = cli.Bench.Run(ctx, stdout, stderr)
 	case "naive-relay":
 		err = cli.NaiveRelay.Run(ctx, stderr)
+	case "status":
+		err = cli.Status.Run(ctx, stdout)
+	case "dead":
+		err = cli.Dead.Run(ctx, stdout, stderr)
+	case "requeue":
+		err = cli.Requeue.Run(ctx, stdout, stderr)
+	case "emit":
+		err = cli.Emit.Run(ctx, stdout, stderr)
+	case "sql":
+		err = cli.SQL.Run(stdout)
 	default:
 		err = cli.Run.Run(ctx, stderr)
 	}
@@ -90,6 +118,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit fun
 type CLI struct {
 	Run     RunCmd     `cmd:"" default:"withargs" help:"Relay events from the outbox to RabbitMQ (the default command)."`
 	Migrate MigrateCmd `cmd:"" help:"Apply the schema migrations and exit."`
+
+	Status  StatusCmd  `cmd:"" help:"Show counts per status, the oldest pending event's age, dead-lettered events by type and blocked aggregates."`
+	Dead    DeadCmd    `cmd:"" help:"List dead-lettered events."`
+	Requeue RequeueCmd `cmd:"" help:"Put dead-lettered events back to pending, attempts reset, and wake the relays."`
+	Emit    EmitCmd    `cmd:"" help:"Insert test events, for smoke tests and demos."`
+	SQL     SQLCmd     `cmd:"" name:"sql" help:"Print the drop-in install SQL for --table and its mapping, to pipe into psql."`
 
 	Bench      BenchCmd      `cmd:"" help:"Benchmark the relay against a naive poller and the broker's ceiling."`
 	NaiveRelay NaiveRelayCmd `cmd:"" name:"naive-relay" hidden:"" help:"Run the naive poller the benchmark compares with."`

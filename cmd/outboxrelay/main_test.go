@@ -58,6 +58,7 @@ func relayEnv(databaseURL, exchange string, extra ...string) []string {
 		"AMQP_URL=" + testkit.AMQPURL(),
 		"OUTBOX_EXCHANGE=" + exchange,
 		"OUTBOX_LOG_FORMAT=json",
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0", // metrics on, on a port of its own
 	}
 	return append(env, extra...)
 }
@@ -174,7 +175,7 @@ func TestMigrationsTwiceAndConcurrently(t *testing.T) {
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM outboxrelay_schema_version`))
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'`))
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify'`))
-	require.Equal(t, int64(3), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox'`))
+	require.Equal(t, int64(4), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox'`))
 }
 
 // SIGTERM while the relay is still connecting is the shutdown asked for:

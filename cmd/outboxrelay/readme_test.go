@@ -68,6 +68,8 @@ func TestReadmeQuickStart(t *testing.T) {
 		return strings.Contains(out.String(), `"relay started"`)
 	})
 	queue := testkit.NewQueue(t, exchange, "#")
+	// The operations endpoints listen on their default port.
+	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, "localhost:9464", "/readyz", 200))
 	psql(t, dbURL, "-c", readmeBlock(t, "sql-example"))
 	d := queue.Receive(t, 1, 30*time.Second)[0]
 	require.Equal(t, "order.created", d.RoutingKey)
@@ -80,4 +82,20 @@ func TestCIRunsTheReadmeTestCommand(t *testing.T) {
 	ci, err := os.ReadFile("../../.ci/run")
 	require.NoError(t, err)
 	require.Contains(t, string(ci), "\n"+readmeBlock(t, "run-tests")+"\n")
+}
+
+// TestEveryAlertHasARunbookInTheReadme checks that each alert's runbook
+// annotation points at an anchor README.md has.
+func TestEveryAlertHasARunbookInTheReadme(t *testing.T) {
+	t.Parallel()
+	rules, err := os.ReadFile("../../monitoring/prometheus/alerts.yml")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	links := regexp.MustCompile(`runbook: \S+README\.md#(\S+)`).FindAllStringSubmatch(string(rules), -1)
+	alerts := regexp.MustCompile(`(?m)^\s*- alert: `).FindAllString(string(rules), -1)
+	require.Len(t, links, len(alerts), "a runbook per alert")
+	for _, l := range links {
+		require.Contains(t, string(readme), `<a id="`+l[1]+`"></a>`, "README anchor for runbook #%s", l[1])
+	}
 }

@@ -28,9 +28,10 @@ type RunCmd struct {
 	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest)."`
 	AMQPTLS
 	LogFlags
+	TableFlags
+	HTTPFlags
 
 	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
-	Table    string        `name:"table" env:"OUTBOX_TABLE" default:"outbox" help:"Outbox table, optionally schema-qualified (schema.table)."`
 	Channel  string        `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
 	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers always notify)."`
 	GateSeq  string        `name:"gate-sequence" env:"OUTBOX_GATE_SEQUENCE" help:"Sequence holding the notification gate, optionally schema-qualified (default: the table's name with _wakeup, in its schema)."`
@@ -51,26 +52,11 @@ type RunCmd struct {
 	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
 	RetryMax      time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
 
-	Ordering          string `name:"ordering" env:"OUTBOX_ORDERING" default:"none" enum:"none,aggregate" help:"none: events go out oldest first, in parallel; aggregate: each aggregate's events go out in id order, one unconfirmed event per aggregate at a time (see README)."`
-	OrderingKey       string `name:"ordering-key" env:"OUTBOX_ORDERING_KEY" help:"Comma-separated columns identifying an aggregate in ordered mode (default: the aggregate type and id columns)."`
-	OrderedDeadLetter string `name:"ordered-dead-letter" env:"OUTBOX_ORDERED_DEAD_LETTER" default:"block" enum:"block,continue" help:"In ordered mode, what a dead-lettered event does to its aggregate: block (its later events wait until it is requeued or deleted) or continue."`
-	OrderedDesign     string `name:"ordered-design" env:"OUTBOX_ORDERED_DESIGN" default:"keyscan" enum:"keyscan,distinct" hidden:"" help:"How ordered claims find claimable aggregates (benchmarks compare the two)."`
+	OrderedDesign string `name:"ordered-design" env:"OUTBOX_ORDERED_DESIGN" default:"keyscan" enum:"keyscan,distinct" hidden:"" help:"How ordered claims find claimable aggregates (benchmarks compare the two)."`
 
 	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them."`
 	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"OUTBOX_SHUTDOWN_TIMEOUT" default:"20s" help:"How long in-flight batches may take to settle after SIGINT/SIGTERM."`
-
-	ColumnID            string `name:"column-id" env:"OUTBOX_COLUMN_ID" default:"id" group:"Column mapping (existing tables)" help:"bigint column giving insert order."`
-	ColumnEventID       string `name:"column-event-id" env:"OUTBOX_COLUMN_EVENT_ID" default:"event_id" group:"Column mapping (existing tables)" help:"Column sent as the AMQP message id."`
-	ColumnAggregateType string `name:"column-aggregate-type" env:"OUTBOX_COLUMN_AGGREGATE_TYPE" default:"aggregate_type" group:"Column mapping (existing tables)" help:"Aggregate type column."`
-	ColumnAggregateID   string `name:"column-aggregate-id" env:"OUTBOX_COLUMN_AGGREGATE_ID" default:"aggregate_id" group:"Column mapping (existing tables)" help:"Aggregate id column."`
-	ColumnEventType     string `name:"column-event-type" env:"OUTBOX_COLUMN_EVENT_TYPE" default:"event_type" group:"Column mapping (existing tables)" help:"Event type column."`
-	ColumnPayload       string `name:"column-payload" env:"OUTBOX_COLUMN_PAYLOAD" default:"payload" group:"Column mapping (existing tables)" help:"Payload column (the message body)."`
-	ColumnStatus        string `name:"column-status" env:"OUTBOX_COLUMN_STATUS" default:"status" group:"Column mapping (existing tables)" help:"Status column."`
-	ColumnCreatedAt     string `name:"column-created-at" env:"OUTBOX_COLUMN_CREATED_AT" default:"created_at" group:"Column mapping (existing tables)" help:"Creation time column (the AMQP timestamp)."`
-	StatusPending       string `name:"status-pending" env:"OUTBOX_STATUS_PENDING" default:"pending" group:"Column mapping (existing tables)" help:"Status value of events waiting to be published."`
-	StatusPublished     string `name:"status-published" env:"OUTBOX_STATUS_PUBLISHED" default:"published" group:"Column mapping (existing tables)" help:"Status value of published events."`
-	StatusFailed        string `name:"status-failed" env:"OUTBOX_STATUS_FAILED" default:"failed" group:"Column mapping (existing tables)" help:"Status value of dead-lettered events."`
 }
 
 // configs checks every setting, naming the flag at fault, and builds the
@@ -104,33 +90,17 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 			return claim.Config{}, publish.Config{}, relay.Config{}, usagef("%s %s", ck.flag, ck.msg)
 		}
 	}
-	cc := claim.Config{
-		Table: c.Table,
-		Columns: claim.Columns{
-			ID: c.ColumnID, EventID: c.ColumnEventID, AggregateType: c.ColumnAggregateType,
-			AggregateID: c.ColumnAggregateID, EventType: c.ColumnEventType, Payload: c.ColumnPayload,
-			Status: c.ColumnStatus, CreatedAt: c.ColumnCreatedAt,
-		},
-		Statuses:      claim.Statuses{Pending: c.StatusPending, Published: c.StatusPublished, Failed: c.StatusFailed},
-		Lease:         c.Lease,
-		MaxBatchBytes: c.MaxBatchBytes,
-		MaxAttempts:   c.MaxAttempts,
-		RetryMin:      c.RetryMin,
-		RetryMax:      c.RetryMax,
-
-		Ordering:          claim.Ordering(c.Ordering),
-		OrderedDeadLetter: claim.DeadLetterPolicy(c.OrderedDeadLetter),
-		OrderedDesign:     c.OrderedDesign,
+	cc, err := c.claimConfig()
+	if err != nil {
+		return claim.Config{}, publish.Config{}, relay.Config{}, err
 	}
-	if c.OrderingKey != "" {
-		for _, col := range strings.Split(c.OrderingKey, ",") {
-			cc.OrderingKey = append(cc.OrderingKey, strings.TrimSpace(col))
-		}
-	}
+	cc.Lease = c.Lease
+	cc.MaxBatchBytes = c.MaxBatchBytes
+	cc.MaxAttempts = c.MaxAttempts
+	cc.RetryMin = c.RetryMin
+	cc.RetryMax = c.RetryMax
+	cc.OrderedDesign = c.OrderedDesign
 	if err := cc.Validate(); err != nil {
-		if strings.Contains(err.Error(), "OrderingKey") {
-			err = fmt.Errorf("--ordering-key / OUTBOX_ORDERING_KEY: %w", err)
-		}
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
 	}
 	tlsConfig, err := c.AMQPTLS.config(c.AMQPURL)
@@ -190,7 +160,11 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			err = nil
 		}
 	}()
-	pool, err := c.connect(ctx, cc, c.Workers)
+	conns := c.Workers
+	if c.HTTPAddr != "" && c.SampleInterval > 0 {
+		conns++ // the table sampler's
+	}
+	pool, err := c.connect(ctx, cc, conns)
 	if err != nil {
 		return err
 	}
@@ -221,6 +195,13 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	if err != nil {
 		return usagef("--table %s: %v", c.Table, err)
 	}
+
+	tracer, propagator, stopTracing, err := tracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the publisher's close: the last spans are flushed
+	pc.Tracer, pc.Propagator = tracer, propagator
 
 	pc.Logger = log
 	pub, err := publish.Dial(ctx, pc)
@@ -260,12 +241,30 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	}
 
 	rc.Logger = log
-	r, err := relay.New(rc, store, pub, listener)
+	var r *relay.Relay
+	o, err := c.newOps(opsParts{pool: pool, store: store, listener: listener, pub: pub, ordered: cc.Ordered(),
+		live: func() bool { return r.Live() }}, log)
 	if err != nil {
+		return err
+	}
+	if o != nil {
+		rc.Observer = o.metrics
+	}
+	r, err = relay.New(rc, store, pub, listener)
+	if err != nil {
+		if o != nil {
+			o.ln.Close()
+		}
 		return usageError{err}
 	}
 	log.Info("outboxrelay starting", "database", redactURL(c.DatabaseURL), "amqp", redactURL(c.AMQPURL),
 		"table", c.Table, "exchange", c.Exchange, "ordering", c.Ordering)
+	if o != nil {
+		opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { o.run(opsCtx); close(done) }()
+		defer func() { stopOps(); <-done }()
+	}
 	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

@@ -1,0 +1,138 @@
+package admin
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+)
+
+//go:embed queries.sql
+var queriesSQL string
+
+// DB is what the admin commands need of a connection: *pgx.Conn and
+// *pgxpool.Pool have it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Admin runs the admin statements against one outbox table.
+type Admin struct {
+	db  DB
+	cfg claim.Config
+	q   map[string]string
+}
+
+// New validates cfg and renders the statements for its table. Each
+// statement runs under cfg.QueryTimeout (default 10s); Status, which
+// counts every published row still kept, may want more on a large table.
+func New(db DB, cfg claim.Config) (*Admin, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	q, err := render(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Admin{db: db, cfg: cfg, q: q}, nil
+}
+
+// Config returns the configuration with defaults filled in.
+func (a *Admin) Config() claim.Config { return a.cfg }
+
+// render fills queries.sql's templates for the table of cfg.
+func render(cfg claim.Config) (map[string]string, error) {
+	table, err := cfg.TableIdentifier()
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.Columns
+	data := map[string]string{"Table": table.Sanitize()}
+	for name, col := range map[string]string{
+		"ID": c.ID, "EventID": c.EventID, "AggregateType": c.AggregateType, "AggregateID": c.AggregateID,
+		"EventType": c.EventType, "Payload": c.Payload, "Exchange": c.Exchange, "RoutingKey": c.RoutingKey,
+		"Status": c.Status, "Attempts": c.Attempts, "AvailableAt": c.AvailableAt, "LeaseID": c.LeaseID,
+		"LastError": c.LastError, "CreatedAt": c.CreatedAt,
+	} {
+		data[name] = pgx.Identifier{col}.Sanitize()
+	}
+	key := func(alias, suffix string) string {
+		parts := make([]string, len(cfg.OrderingKey))
+		for i, col := range cfg.OrderingKey {
+			parts[i] = alias + "." + pgx.Identifier{col}.Sanitize() + suffix
+		}
+		return strings.Join(parts, ", ")
+	}
+	funcs := template.FuncMap{
+		"key":     func(alias string) string { return key(alias, "") },
+		"keyText": func(alias string) string { return key(alias, "::text") },
+	}
+	q := map[string]string{}
+	// The preamble, before the first name, is commentary.
+	for _, part := range strings.Split(queriesSQL, "-- name: ")[1:] {
+		name, body, _ := strings.Cut(part, "\n")
+		name = strings.TrimSpace(name)
+		tmpl, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(body)
+		if err != nil {
+			return nil, fmt.Errorf("admin: parse %s: %w", name, err)
+		}
+		var b strings.Builder
+		if err := tmpl.Execute(&b, data); err != nil {
+			return nil, fmt.Errorf("admin: render %s: %w", name, err)
+		}
+		q[name] = strings.TrimSpace(b.String())
+	}
+	return q, nil
+}
+
+// timeout bounds one statement.
+func (a *Admin) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.cfg.QueryTimeout)
+}
+
+// Event is an outbox row as the admin commands show it.
+type Event struct {
+	ID            int64
+	EventID       string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Exchange      *string // nil: the relay's --exchange
+	RoutingKey    *string // nil: <aggregate_type>.<event_type>
+	Attempts      int
+	LastError     *string
+	CreatedAt     time.Time
+}
+
+// events reads the rows of dead and requeue_preview, and the count of
+// every match that each row carries.
+func events(rows pgx.Rows) ([]Event, int64, error) {
+	var total int64
+	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
+		var e Event
+		err := row.Scan(&e.ID, &e.EventID, &e.AggregateType, &e.AggregateID, &e.EventType,
+			&e.Exchange, &e.RoutingKey, &e.Attempts, &e.LastError, &e.CreatedAt, &total)
+		return e, err
+	})
+	return evs, total, err
+}
+
+// nullIf is nil for the zero value, meaning "any" or "the default" to a
+// statement.
+func nullIf[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}

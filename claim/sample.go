@@ -1,0 +1,77 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Sample is what the table holds, for the relay's gauges.
+type Sample struct {
+	// Pending, Failed: exact counts of rows by status.
+	Pending, Failed int64
+	// Published is an estimate: the planner's row count of the table
+	// (pg_class.reltuples, refreshed by autovacuum and ANALYZE) less the
+	// pending and failed rows. Counting the published rows exactly would
+	// read them all.
+	Published int64
+	// OldestPending is the age of the pending event with the lowest id,
+	// from its created_at; 0 when none is pending.
+	OldestPending time.Duration
+	// BlockedAggregates counts the aggregates a dead-lettered event holds
+	// back: in ordered mode under DeadLetterBlock, else 0.
+	BlockedAggregates int64
+}
+
+// Sample reads the table's gauges on db (a connection of its own, say,
+// that holds the sampling lock). It stays cheap on a large table: see
+// queries.sql.
+func (s *Store) Sample(ctx context.Context, db DB) (Sample, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	var (
+		out     Sample
+		rows    int64
+		oldestS float64
+	)
+	blocking := s.cfg.Ordering == OrderAggregate && s.cfg.OrderedDeadLetter == DeadLetterBlock
+	r, err := db.Query(ctx, s.q.sample, s.q.table, blocking)
+	if err != nil {
+		return Sample{}, fmt.Errorf("sample: %w", err)
+	}
+	if _, err := pgx.CollectExactlyOneRow(r, func(row pgx.CollectableRow) (struct{}, error) {
+		return struct{}{}, row.Scan(&out.Pending, &out.Failed, &rows, &oldestS, &out.BlockedAggregates)
+	}); err != nil {
+		return Sample{}, fmt.Errorf("sample: %w", err)
+	}
+	out.Published = max(rows-out.Pending-out.Failed, 0)
+	out.OldestPending = time.Duration(oldestS * float64(time.Second))
+	return out, nil
+}
+
+// ErrNoTrigger is CheckTrigger's error when no enabled trigger on the table
+// sends the relay's notifications: producers' events then wait for the
+// fallback poll.
+var ErrNoTrigger = errors.New("no outbox trigger")
+
+// CheckTrigger proves the table exists and an enabled trigger on it runs
+// outboxrelay_notify().
+func (s *Store) CheckTrigger(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	r, err := s.db.Query(ctx, s.q.checkTrigger, s.q.table)
+	if err != nil {
+		return fmt.Errorf("check trigger: %w", err)
+	}
+	ok, err := pgx.CollectExactlyOneRow(r, pgx.RowTo[bool])
+	if err != nil {
+		return fmt.Errorf("check trigger: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w on %s: apply the migrations or sql/outboxrelay_install.sql", ErrNoTrigger, s.cfg.Table)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/health"
+	"github.com/outboxrelay/outboxrelay/metrics"
+	"github.com/outboxrelay/outboxrelay/notify"
+	"github.com/outboxrelay/outboxrelay/publish"
+)
+
+// HTTPFlags configure the operations endpoints.
+type HTTPFlags struct {
+	HTTPAddr       string        `name:"http-addr" env:"OUTBOX_HTTP_ADDR" default:":9464" help:"Address serving /metrics, /livez and /readyz; empty turns them off."`
+	SampleInterval time.Duration `name:"metrics-sample-interval" env:"OUTBOX_METRICS_SAMPLE_INTERVAL" default:"15s" help:"How often one relay of the table samples its gauges (rows by status, oldest pending age); 0 turns the table gauges off."`
+}
+
+// tableCheckEvery is how often readiness checks the table and its trigger
+// while they are in place; the connections are checked every second.
+const tableCheckEvery = 15 * time.Second
+
+// httpShutdownTimeout bounds the endpoints' shutdown after the relay's.
+const httpShutdownTimeout = 5 * time.Second
+
+// ops is the relay's operations side: metrics, the readiness monitor, the
+// table sampler and the HTTP server, run beside the relay.
+type ops struct {
+	metrics *metrics.Metrics
+	monitor *health.Monitor
+	sampler *metrics.Sampler
+	server  *http.Server
+	ln      net.Listener
+	log     *slog.Logger
+}
+
+// opsParts are what the readiness checks look at.
+type opsParts struct {
+	pool     *pgxpool.Pool
+	store    *claim.Store
+	listener *notify.Listener
+	pub      *publish.Publisher
+	ordered  bool
+	live     func() bool
+}
+
+// newOps builds the metrics and the checks and binds the HTTP address, so a
+// port in use fails start-up (exit code 2). It returns nil when --http-addr
+// is empty.
+func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
+	if f.HTTPAddr == "" {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{Version: version(), Ordered: p.ordered})
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	o := &ops{metrics: m, log: log}
+	if f.SampleInterval > 0 {
+		if o.sampler, err = m.Sampler(metrics.SamplerConfig{Pool: p.pool, Store: p.store, Interval: f.SampleInterval, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
+	o.monitor, err = health.New(health.Config{
+		Checks: []health.Check{
+			{Name: metrics.ServicePostgres, Run: p.pool.Ping},
+			{Name: metrics.ServiceListener, Run: func(context.Context) error {
+				if !p.listener.Connected() {
+					return errors.New("not listening")
+				}
+				return nil
+			}},
+			{Name: metrics.ServiceRabbitMQ, Run: func(context.Context) error {
+				connected, blocked := p.pub.State()
+				m.SetConnection(metrics.ServiceRabbitMQ, connected)
+				m.SetBrokerBlocked(blocked)
+				switch {
+				case !connected:
+					return errors.New("not connected")
+				case blocked:
+					return errors.New("connection blocked by the broker (resource alarm)")
+				}
+				return nil
+			}},
+			// Catalog queries: every 15 s while they pass.
+			{Name: "table", Every: tableCheckEvery, Run: func(ctx context.Context) error {
+				if err := p.store.Check(ctx); err != nil {
+					return err
+				}
+				return p.store.CheckTrigger(ctx)
+			}},
+		},
+		// The rabbitmq check sets its own gauges: connected and blocked
+		// apart.
+		OnResult: func(name string, err error) {
+			if name == metrics.ServicePostgres || name == metrics.ServiceListener {
+				m.SetConnection(name, err == nil)
+			}
+		},
+		OnReady: m.SetReady,
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
+	mux.Handle("GET /livez", health.LiveHandler(p.live))
+	mux.Handle("GET /readyz", o.monitor.ReadyHandler())
+	o.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if o.ln, err = net.Listen("tcp", f.HTTPAddr); err != nil {
+		return nil, usagef("--http-addr / OUTBOX_HTTP_ADDR: %v", err)
+	}
+	return o, nil
+}
+
+// run serves and samples until ctx ends, then shuts the server down
+// within httpShutdownTimeout.
+func (o *ops) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = o.monitor.Run(ctx) })
+	if o.sampler != nil {
+		wg.Go(func() { _ = o.sampler.Run(ctx) })
+	}
+	wg.Go(func() {
+		if err := o.server.Serve(o.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.log.Error("operations endpoints stopped", "err", err)
+		}
+	})
+	o.log.Info("operations endpoints listening", "addr", o.ln.Addr().String())
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
+	defer cancel()
+	_ = o.server.Shutdown(shutdownCtx)
+	wg.Wait()
+}
+
+// version is the relay's version from its build information: the module
+// version, or the VCS revision of a development build.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "devel-" + s.Value[:12]
+		}
+	}
+	return "devel"
+}

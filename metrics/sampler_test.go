@@ -1,0 +1,108 @@
+package metrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/metrics"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.LeakOptions()...) }
+
+// sampler is one relay's metrics and sampler, running until stop.
+type sampler struct {
+	reg  *prometheus.Registry
+	stop func()
+}
+
+func startSampler(t *testing.T, dbURL string, interval time.Duration) *sampler {
+	t.Helper()
+	pool := testkit.NewPool(t, dbURL)
+	store, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{Version: "test"})
+	require.NoError(t, err)
+	s, err := m.Sampler(metrics.SamplerConfig{Pool: pool, Store: store, Interval: interval})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	var stopped bool
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			require.NoError(t, <-done)
+		}
+	}
+	t.Cleanup(stop)
+	return &sampler{reg: reg, stop: stop}
+}
+
+func (s *sampler) gauge(t *testing.T, name string) (float64, bool) {
+	t.Helper()
+	families, err := s.reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) > 0 {
+			return f.GetMetric()[0].GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// TestOneRelayAtATimeSamplesTheTable runs two samplers on one table: one
+// holds the sampling lock and exports the table gauges, the other exports
+// none; when the first stops, the second takes over.
+func TestOneRelayAtATimeSamplesTheTable(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	testkit.InsertEvents(t, pool, 7)
+	testkit.Exec(t, pool, `UPDATE outbox SET status = 'failed' WHERE id <= 2`)
+
+	first := startSampler(t, dbURL, 20*time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "the first sampler to sample", func() bool {
+		v, _ := first.gauge(t, "outboxrelay_table_sampler")
+		return v == 1
+	})
+	second := startSampler(t, dbURL, 20*time.Millisecond)
+	// The second has tried for the lock once it reports its queue usage.
+	testkit.WaitFor(t, 10*time.Second, "the second sampler to run", func() bool {
+		_, ok := second.gauge(t, "outboxrelay_notification_queue_usage_ratio")
+		return ok && testutil.CollectAndCount(second.reg, "outboxrelay_table_sampler") == 1
+	})
+
+	require.NoError(t, testutil.GatherAndCompare(first.reg, strings.NewReader(`
+# HELP outboxrelay_outbox_events Rows of the outbox table by status: pending and failed counted, published estimated from the planner's row count. Exported by the sampling relay only.
+# TYPE outboxrelay_outbox_events gauge
+outboxrelay_outbox_events{status="failed"} 2
+outboxrelay_outbox_events{status="pending"} 5
+outboxrelay_outbox_events{status="published"} 0
+`), "outboxrelay_outbox_events"))
+	age, ok := first.gauge(t, "outboxrelay_oldest_pending_age_seconds")
+	require.True(t, ok)
+	require.Positive(t, age)
+	require.Less(t, age, 60.0)
+
+	require.Zero(t, testutil.CollectAndCount(second.reg, "outboxrelay_outbox_events"), "the second relay exports no table gauges")
+	v, _ := second.gauge(t, "outboxrelay_table_sampler")
+	require.Zero(t, v)
+
+	first.stop()
+	testkit.WaitFor(t, 10*time.Second, "the second sampler to take over", func() bool {
+		return testutil.CollectAndCount(second.reg, "outboxrelay_outbox_events") == 3
+	})
+	v, _ = first.gauge(t, "outboxrelay_table_sampler")
+	require.Zero(t, v, "a stopped sampler says it samples no more")
+	require.Zero(t, testutil.CollectAndCount(first.reg, "outboxrelay_outbox_events"))
+}

@@ -1,0 +1,172 @@
+package outbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// ErrInvalidEvent is wrapped by every error about an event that is refused
+// before anything is written: an empty or malformed field, a payload that is
+// not JSON, headers the relay would dead-letter. The error names the event's
+// index in the call and the field, e.g.
+// "outbox: invalid event: event 2: AggregateID: empty".
+var ErrInvalidEvent = errors.New("outbox: invalid event")
+
+// maxShortString is the AMQP limit on exchange names, routing keys, the
+// type property and header keys (a shortstr): the relay dead-letters an
+// event over it.
+const maxShortString = 255
+
+// Event is one outbox row: a domain event written in the caller's
+// transaction and published by the relay once the transaction commits.
+type Event struct {
+	// AggregateType (e.g. "order") and EventType (e.g. "created") make the
+	// default routing key "<AggregateType>.<EventType>"; EventType is the
+	// AMQP type property. AggregateID (e.g. "42") is sent as the
+	// aggregate_id header. All three are required.
+	AggregateType, AggregateID, EventType string
+	// Payload is the message body, encoded with encoding/json;
+	// json.RawMessage and []byte are taken as they are and must hold valid
+	// JSON. A nil Payload is the JSON null.
+	Payload any
+	// Headers are extra AMQP headers (optional), encoded as a JSON object:
+	// strings, numbers, booleans, nil, and maps and slices of them, with
+	// keys of at most 255 bytes at any depth. The relay sets aggregate_type
+	// and aggregate_id itself, over any of the same name.
+	Headers map[string]any
+	// Exchange overrides the relay's --exchange for this event (optional).
+	Exchange string
+	// RoutingKey overrides "<AggregateType>.<EventType>" (optional).
+	RoutingKey string
+}
+
+// row is an event encoded for the insert: text columns and the JSON of its
+// payload and headers (headers nil for SQL NULL).
+type row struct {
+	aggregateType, aggregateID, eventType string
+	payload                               []byte
+	headers                               []byte // nil: no headers
+	exchange, routingKey                  string // "": NULL
+}
+
+// encode validates e and encodes it; trace holds the trace context headers
+// to add (nil for none).
+func (e Event) encode(trace map[string]string) (row, error) {
+	for _, f := range []struct{ name, value string }{
+		{"AggregateType", e.AggregateType},
+		{"AggregateID", e.AggregateID},
+		{"EventType", e.EventType},
+	} {
+		if f.value == "" {
+			return row{}, fieldError(f.name, "empty")
+		}
+	}
+	for _, f := range []struct{ name, value string }{
+		{"AggregateType", e.AggregateType},
+		{"AggregateID", e.AggregateID},
+		{"EventType", e.EventType},
+		{"Exchange", e.Exchange},
+		{"RoutingKey", e.RoutingKey},
+	} {
+		if err := checkText(f.value); err != nil {
+			return row{}, fieldError(f.name, err.Error())
+		}
+	}
+	switch key := e.AggregateType + "." + e.EventType; {
+	case len(e.EventType) > maxShortString:
+		return row{}, fieldError("EventType", fmt.Sprintf("%d bytes, more than %d (the AMQP type)", len(e.EventType), maxShortString))
+	case len(e.Exchange) > maxShortString:
+		return row{}, fieldError("Exchange", fmt.Sprintf("%d bytes, more than %d", len(e.Exchange), maxShortString))
+	case len(e.RoutingKey) > maxShortString:
+		return row{}, fieldError("RoutingKey", fmt.Sprintf("%d bytes, more than %d", len(e.RoutingKey), maxShortString))
+	case e.RoutingKey == "" && len(key) > maxShortString:
+		return row{}, fieldError("RoutingKey", fmt.Sprintf("the default routing key AggregateType.EventType is %d bytes, more than %d; set a shorter RoutingKey", len(key), maxShortString))
+	}
+
+	payload, err := encodePayload(e.Payload)
+	if err != nil {
+		return row{}, fieldError("Payload", err.Error())
+	}
+	headers, err := encodeHeaders(e.Headers, trace)
+	if err != nil {
+		return row{}, fieldError("Headers", err.Error())
+	}
+	return row{
+		aggregateType: e.AggregateType,
+		aggregateID:   e.AggregateID,
+		eventType:     e.EventType,
+		payload:       payload,
+		headers:       headers,
+		exchange:      e.Exchange,
+		routingKey:    e.RoutingKey,
+	}, nil
+}
+
+// Validate reports why the event would be refused by Write, wrapping
+// ErrInvalidEvent. Write and WriteSQL validate every event themselves; this
+// is for checking an event early.
+func (e Event) Validate() error {
+	if _, err := e.encode(nil); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	return nil
+}
+
+func fieldError(field, reason string) error {
+	return fmt.Errorf("%s: %s", field, reason)
+}
+
+// checkText refuses what a PostgreSQL text column cannot hold.
+func checkText(s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case bytes.IndexByte([]byte(s), 0) >= 0:
+		return errors.New("contains a NUL byte")
+	}
+	return nil
+}
+
+// encodePayload returns the payload's JSON.
+func encodePayload(p any) ([]byte, error) {
+	var b []byte
+	switch p := p.(type) {
+	case json.RawMessage:
+		b = p
+	case []byte:
+		b = p
+	default:
+		var err error
+		if b, err = json.Marshal(p); err != nil {
+			return nil, err
+		}
+	}
+	if !json.Valid(b) {
+		return nil, errors.New("not valid JSON")
+	}
+	if err := checkJSONText(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// checkJSONText refuses what jsonb cannot hold: a string or key with the
+// escape \u0000 (raw NUL bytes are not valid JSON in the first place).
+func checkJSONText(b []byte) error {
+	if !bytes.Contains(b, []byte(`\u0000`)) {
+		return nil // the common case: no need to decode
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // the end; b is valid JSON
+		}
+		if s, ok := tok.(string); ok && bytes.IndexByte([]byte(s), 0) >= 0 {
+			return errors.New(`holds the escape \u0000, which PostgreSQL's jsonb cannot store`)
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package outbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/outboxrelay/outboxrelay/migrations"
+	"github.com/outboxrelay/outboxrelay/outbox"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+type Order struct {
+	ID       int     `json:"id"`
+	Customer string  `json:"customer"`
+	Total    float64 `json:"total"`
+}
+
+// The business write and its event, in one pgx transaction: the event
+// exists exactly when the order does.
+func ExampleWriter_Write() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	order := Order{ID: 42, Customer: "ada", Total: 99.50}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3)`,
+			order.ID, order.Customer, order.Total); err != nil {
+			return err
+		}
+		return outbox.Writer{}.Write(ctx, tx, outbox.Event{
+			AggregateType: "order",
+			AggregateID:   fmt.Sprint(order.ID),
+			EventType:     "created",
+			Payload:       order,
+			Headers:       map[string]any{"tenant": "acme"},
+		})
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	printOutbox(ctx, pool)
+	// Output:
+	// 1 order 42 created {"id": 42, "total": 99.5, "customer": "ada"} {"tenant": "acme"}
+}
+
+// The same with database/sql, here through pgx's stdlib driver.
+func ExampleWriter_WriteSQL() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+
+	write := func() error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3)`, 7, "grace", 12.0); err != nil {
+			return err
+		}
+		if err := (outbox.Writer{}).WriteSQL(ctx, tx, outbox.Event{
+			AggregateType: "order", AggregateID: "7", EventType: "created",
+			Payload:    Order{ID: 7, Customer: "grace", Total: 12},
+			RoutingKey: "orders.new", // instead of order.created
+		}); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	if err := write(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	printOutbox(ctx, pool)
+	// Output:
+	// 1 order 7 created {"id": 7, "total": 12, "customer": "grace"} <nil>
+}
+
+// A transaction that rolls back takes its events with it: the relay never
+// sees them.
+func Example_rollback() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: Order{ID: 1}})
+	fmt.Println("written:", err)
+	fmt.Println("rolled back:", tx.Rollback(ctx))
+
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("events in the outbox:", n)
+	// Output:
+	// written: <nil>
+	// rolled back: <nil>
+	// events in the outbox: 0
+}
+
+// Many events go in one statement, in the order given, which is the order
+// the relay claims them in. One bad event refuses the whole batch before
+// anything is written.
+func Example_batch() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	events := []outbox.Event{
+		{AggregateType: "order", AggregateID: "42", EventType: "created", Payload: Order{ID: 42, Customer: "ada", Total: 99.5}},
+		{AggregateType: "order", AggregateID: "42", EventType: "paid", Payload: map[string]any{"id": 42, "method": "card"}},
+		{AggregateType: "invoice", AggregateID: "9", EventType: "sent", Payload: []byte(`{"invoice": 9}`), Exchange: "billing"},
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := (outbox.Writer{}).Write(ctx, tx, append(events, outbox.Event{AggregateType: "order", EventType: "shipped"})...); err != nil {
+			fmt.Println(err)
+		}
+		return outbox.Writer{}.Write(ctx, tx, events...)
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	printOutbox(ctx, pool)
+	// Output:
+	// outbox: invalid event: event 3: AggregateID: empty
+	// 1 order 42 created {"id": 42, "total": 99.5, "customer": "ada"} <nil>
+	// 2 order 42 paid {"id": 42, "method": "card"} <nil>
+	// 3 invoice 9 sent {"invoice": 9} <nil>
+}
+
+// printOutbox prints the outbox's rows in id order.
+func printOutbox(ctx context.Context, pool *pgxpool.Pool) {
+	rows, err := pool.Query(ctx, `SELECT id, aggregate_type, aggregate_id, event_type, payload::text, headers::text FROM outbox ORDER BY id`)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var aggType, aggID, eventType, payload string
+		var headers *string
+		if err := rows.Scan(&id, &aggType, &aggID, &eventType, &payload, &headers); err != nil {
+			fmt.Println(err)
+			return
+		}
+		h := "<nil>"
+		if headers != nil {
+			h = *headers
+		}
+		fmt.Println(id, aggType, aggID, eventType, payload, h)
+	}
+	if err := rows.Err(); err != nil {
+		fmt.Println(err)
+	}
+}
+
+// exampleDatabase creates a database of the example's own, with the relay's
+// migrations (the outbox table) and an orders table, and returns its URL and
+// a function dropping it. Examples have no *testing.T, so this is
+// testkit.NewOutbox by hand.
+func exampleDatabase() (string, func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := testkit.UniqueName("outbox_example")
+	admin, err := pgx.Connect(ctx, testkit.PostgresURL())
+	if err != nil {
+		panic(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		panic(err)
+	}
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		admin, err := pgx.Connect(ctx, testkit.PostgresURL())
+		if err != nil {
+			panic(err)
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			panic(err)
+		}
+	}
+	u, err := url.Parse(testkit.PostgresURL())
+	if err != nil {
+		panic(err)
+	}
+	u.Path = "/" + name
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := migrations.Migrate(ctx, conn, nil); err != nil {
+		panic(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric NOT NULL)`); err != nil {
+		panic(err)
+	}
+	return u.String(), drop
+}
