@@ -129,8 +129,12 @@ func TestApplicationOutsideTheRepository(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(appMain), 0o644))
 
-	// Everything comes from the module cache the repository builds from.
-	goEnv := append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off")
+	// The repository's go.sum covers what is built. go mod tidy also reads
+	// the go.mod of older versions in the module graph, which the cache of
+	// a fresh machine lacks, so the module proxy stays reachable (as it is
+	// for the repository's own first build); it was off once, and that
+	// failed CI on a new machine.
+	goEnv := append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	goCmd := func(dir string, args ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
