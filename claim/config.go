@@ -134,6 +134,17 @@ type Config struct {
 	// (default) holds them until the failed event is requeued or deleted;
 	// DeadLetterContinue lets the next one go.
 	OrderedDeadLetter DeadLetterPolicy
+	// Pooled says the store's connections come through a transaction-mode
+	// pooler such as PgBouncer, which gives a server connection to a client
+	// for one transaction at a time. The store then keeps no session state:
+	// ConfigurePool sets no startup parameter and has pgx cache statement
+	// descriptions instead of preparing statements, and every statement is
+	// sent with its settings (see Settings) through LocalSettings, in the
+	// same round trip. The server then parses and plans every statement
+	// anew, which costs it more per claim than a prepared statement
+	// (BENCHMARKS.md, "Behind PgBouncer"). Default false: a direct
+	// connection or a session-mode pool.
+	Pooled bool
 	// OrderedDesign picks how an ordered claim finds the aggregates it may
 	// claim: "keyscan" (default), a round-robin walk over the ordering index
 	// that costs one index descent per aggregate passed; or "distinct",
@@ -289,7 +300,7 @@ func (c Config) RetryDelay(attempts int, jitter float64) time.Duration {
 // statement, so that the server's statement_timeout ends it first.
 const clientGrace = time.Second
 
-// ConfigurePool prepares the configuration of the pool a Store will use:
+// Settings are the settings every statement of the store runs under:
 //
 //   - statement_timeout is QueryTimeout, so PostgreSQL aborts what the store
 //     gives up on;
@@ -309,20 +320,32 @@ const clientGrace = time.Second
 //     published since the last vacuum and never marks them dead: with
 //     20,000 such entries it took 0.8 to 1.9 ms and 600 buffers per claim,
 //     against 0.1 ms and 57 for the ordered index scan.
-//
-// Values already set in the connection string are kept.
-func (c Config) ConfigurePool(pc *pgxpool.Config) {
+func (c Config) Settings() map[string]string {
 	c = c.withDefaults()
+	return map[string]string{
+		"statement_timeout":  strconv.FormatInt(c.QueryTimeout.Milliseconds(), 10),
+		"synchronous_commit": "off",
+		"enable_seqscan":     "off",
+		"enable_bitmapscan":  "off",
+	}
+}
+
+// ConfigurePool prepares the configuration of the pool a Store will use.
+// On a direct connection (Pooled false) the Settings become startup
+// parameters of every connection, and values already set in the connection
+// string are kept. Pooled, it sets none (PgBouncer refuses them) and has
+// pgx cache statement descriptions rather than prepare statements, which
+// would outlive the transaction on a server connection another client gets
+// next; the store sends its Settings with each statement instead.
+func (c Config) ConfigurePool(pc *pgxpool.Config) {
+	if c.Pooled {
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		return
+	}
 	params := pc.ConnConfig.RuntimeParams
-	for _, p := range []string{"enable_seqscan", "enable_bitmapscan"} {
-		if params[p] == "" {
-			params[p] = "off"
+	for name, value := range c.Settings() {
+		if params[name] == "" {
+			params[name] = value
 		}
-	}
-	if params["statement_timeout"] == "" {
-		params["statement_timeout"] = strconv.FormatInt(c.QueryTimeout.Milliseconds(), 10)
-	}
-	if params["synchronous_commit"] == "" {
-		params["synchronous_commit"] = "off"
 	}
 }

@@ -7,3 +7,7 @@ func Statements(s *Store) map[string]string {
 		"release": s.q.release, "extend": s.q.extend, "delete_published": s.q.deletePublished, "check": s.q.check,
 	}
 }
+
+// DBOf is the connection the store runs its statements on: the pool, or
+// the pool wrapped in LocalSettings when the store is pooled.
+func DBOf(s *Store) DB { return s.db }

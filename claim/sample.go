@@ -27,9 +27,12 @@ type Sample struct {
 }
 
 // Sample reads the table's gauges on db (a connection of its own, say,
-// that holds the sampling lock). It stays cheap on a large table: see
-// queries.sql.
+// that holds the sampling lock), or on the store's own connections if db
+// is nil. It stays cheap on a large table: see queries.sql.
 func (s *Store) Sample(ctx context.Context, db DB) (Sample, error) {
+	if db == nil {
+		db = s.db
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	var (

@@ -130,6 +130,13 @@ func New(db DB, cfg Config) (*Store, error) {
 	if jitter == nil {
 		jitter = rand.Float64
 	}
+	if cfg.Pooled {
+		conn, ok := db.(Conn)
+		if !ok {
+			return nil, errors.New("claim: Config.Pooled needs a DB that sends batches and begins transactions, as *pgxpool.Pool does")
+		}
+		db = NewLocalSettings(conn, cfg.Settings())
+	}
 	return &Store{db: db, cfg: cfg, jitter: jitter, q: q}, nil
 }
 
