@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/claim"
@@ -28,12 +29,21 @@ const samplerLockSpace = 1868722810
 
 // SamplerConfig configures a Sampler.
 type SamplerConfig struct {
-	// Pool is the relay's pool. The sampler borrows one connection of it
-	// while it holds the sampling lock, and one for a moment per interval
-	// otherwise. Required.
+	// Pool is the relay's pool, on which the sampler reads the
+	// notification queue's usage. Required.
 	Pool *pgxpool.Pool
 	// Store reads the table's gauges. Required.
 	Store *claim.Store
+	// Session says where the sampler opens the connection it holds the
+	// sampling lock on, and samples on, while it holds it. A session
+	// advisory lock needs a session of its own: a direct connection or a
+	// session-mode pool, never a transaction-mode pool such as PgBouncer's,
+	// which would leave the lock behind on whichever server connection ran
+	// it. The sampler keeps this one connection open. Nil: there is no such
+	// session (the relay's --no-listen), so there is no lock either, and
+	// the sampler samples through Store on every interval, as every other
+	// relay of the table does.
+	Session *pgx.ConnConfig
 	// Interval is how often the gauges are read. Default 15s.
 	Interval time.Duration
 	// Logger receives the sampler's logs. Default: discarded.
@@ -48,6 +58,9 @@ type Sampler struct {
 	log *slog.Logger
 	// lockKey names the table in the sampling lock.
 	lockKey string
+	// settings are the store's statement settings, applied to the
+	// sampler's session statement by statement.
+	settings map[string]string
 }
 
 // Sampler returns a sampler that sets m's table and notification queue
@@ -63,23 +76,33 @@ func (m *Metrics) Sampler(cfg SamplerConfig) (*Sampler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.Session != nil {
+		cfg.Session = cfg.Session.Copy()
+		if cfg.Session.RuntimeParams["application_name"] == "" {
+			cfg.Session.RuntimeParams["application_name"] = "outboxrelay-sampler"
+		}
+	}
 	table, err := cfg.Store.Config().TableIdentifier()
 	if err != nil {
 		return nil, err
 	}
-	return &Sampler{cfg: cfg, m: m, log: cfg.Logger.With("component", "sampler"), lockKey: table.Sanitize()}, nil
+	return &Sampler{cfg: cfg, m: m, log: cfg.Logger.With("component", "sampler"), lockKey: table.Sanitize(),
+		settings: cfg.Store.Config().Settings()}, nil
 }
 
-// Run samples at once and then every Interval until ctx ends. It tries for
-// the sampling lock at every interval while it does not hold it; holding
-// it, it keeps the connection and samples on it until a sample fails (the
-// connection is then dropped, which frees the lock for another relay). It
-// returns nil when ctx ends.
+// Run samples at once and then every Interval until ctx ends. With a
+// Session, it opens its connection and tries for the sampling lock on it
+// at every interval while it does not hold it; holding it, it samples on
+// that connection until a sample fails (the connection is then closed,
+// which frees the lock for another relay). It returns nil when ctx ends.
 func (s *Sampler) Run(ctx context.Context) error {
-	var held *pgxpool.Conn
+	var (
+		conn *pgx.Conn // the session, while open
+		held bool      // conn holds the sampling lock
+	)
 	defer func() {
-		if held != nil {
-			s.unlock(ctx, held)
+		if conn != nil {
+			s.close(ctx, conn, held)
 		}
 		s.m.sampling.Set(0)
 		s.m.table.clear()
@@ -93,23 +116,44 @@ func (s *Sampler) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		s.queueUsage(ctx)
-		if held == nil {
-			held = s.tryLock(ctx)
-		}
-		if held != nil {
-			sample, err := s.cfg.Store.Sample(ctx, held)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.log.Warn("sampling the table failed; giving the sampling lock up", "err", err)
-				s.drop(held)
-				held = nil
-			} else {
-				s.m.table.set(sample)
+		var db claim.DB // where to sample this round, if anywhere
+		if s.cfg.Session == nil {
+			db = nil // the store's own
+		} else {
+			if conn == nil {
+				conn = s.dial(ctx)
 			}
+			if conn != nil && !held {
+				var err error
+				if held, err = s.tryLock(ctx, conn); err != nil {
+					s.close(ctx, conn, false)
+					conn = nil
+				}
+			}
+			if !held {
+				s.m.sampling.Set(0)
+				t.Reset(s.cfg.Interval)
+				continue
+			}
+			db = claim.NewLocalSettings(conn, s.settings)
 		}
-		s.m.sampling.Set(b2f(held != nil))
+		sample, err := s.cfg.Store.Sample(ctx, db)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("sampling the table failed", "err", err)
+			if conn != nil {
+				// Closing the session frees the lock for another relay.
+				s.close(ctx, conn, false)
+				conn, held = nil, false
+			}
+			s.m.table.clear()
+			s.m.sampling.Set(0)
+		} else {
+			s.m.table.set(sample)
+			s.m.sampling.Set(1)
+		}
 		t.Reset(s.cfg.Interval)
 	}
 }
@@ -127,44 +171,45 @@ func (s *Sampler) queueUsage(ctx context.Context) {
 	s.m.queueUsage.Set(usage)
 }
 
-// tryLock borrows a connection and takes the sampling lock on it, or gives
-// the connection back and returns nil.
-func (s *Sampler) tryLock(ctx context.Context) *pgxpool.Conn {
+// dial opens the sampler's session, or returns nil after logging why not.
+func (s *Sampler) dial(ctx context.Context) *pgx.Conn {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
-	conn, err := s.cfg.Pool.Acquire(ctx)
+	conn, err := pgx.ConnectConfig(ctx, s.cfg.Session)
 	if err != nil {
-		return nil
-	}
-	var got bool
-	if err := conn.QueryRow(ctx, tryLockSQL, samplerLockSpace, s.lockKey).Scan(&got); err != nil || !got {
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("taking the sampling lock failed", "err", err)
+		if ctx.Err() == nil {
+			s.log.Warn("connecting for the sampling lock failed", "err", err)
 		}
-		conn.Release()
 		return nil
 	}
-	s.log.Debug("sampling the table gauges", "table", s.lockKey)
 	return conn
 }
 
-// unlock frees the lock and gives the connection back, or, if the unlock
-// fails, closes the connection, which frees it as well.
-func (s *Sampler) unlock(ctx context.Context, conn *pgxpool.Conn) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+// tryLock tries for the sampling lock on conn. An error means the
+// connection is no good.
+func (s *Sampler) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
-	if _, err := conn.Exec(ctx, unlockSQL, samplerLockSpace, s.lockKey); err != nil {
-		s.drop(conn)
-		return
+	var got bool
+	if err := conn.QueryRow(ctx, tryLockSQL, samplerLockSpace, s.lockKey).Scan(&got); err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("taking the sampling lock failed", "err", err)
+		}
+		return false, err
 	}
-	conn.Release()
+	if got {
+		s.log.Debug("sampling the table gauges", "table", s.lockKey)
+	}
+	return got, nil
 }
 
-// drop closes the connection (freeing its locks) and removes it from the
-// pool.
-func (s *Sampler) drop(conn *pgxpool.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+// close frees the lock if held (closing the session frees it as well,
+// should the unlock fail) and closes the session.
+func (s *Sampler) close(ctx context.Context, conn *pgx.Conn, held bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = conn.Conn().Close(ctx)
-	conn.Release()
+	if held {
+		_, _ = conn.Exec(ctx, unlockSQL, samplerLockSpace, s.lockKey)
+	}
+	_ = conn.Close(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,9 @@ type sampler struct {
 	stop func()
 }
 
-func startSampler(t *testing.T, dbURL string, interval time.Duration) *sampler {
+// startSampler starts a sampler with a session on dbURL, or none if
+// session is false.
+func startSampler(t *testing.T, dbURL string, interval time.Duration, session bool) *sampler {
 	t.Helper()
 	pool := testkit.NewPool(t, dbURL)
 	store, err := claim.New(pool, claim.Config{})
@@ -32,7 +35,12 @@ func startSampler(t *testing.T, dbURL string, interval time.Duration) *sampler {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{Version: "test"})
 	require.NoError(t, err)
-	s, err := m.Sampler(metrics.SamplerConfig{Pool: pool, Store: store, Interval: interval})
+	cfg := metrics.SamplerConfig{Pool: pool, Store: store, Interval: interval}
+	if session {
+		cfg.Session, err = pgx.ParseConfig(dbURL)
+		require.NoError(t, err)
+	}
+	s, err := m.Sampler(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -70,12 +78,12 @@ func TestOneRelayAtATimeSamplesTheTable(t *testing.T) {
 	testkit.InsertEvents(t, pool, 7)
 	testkit.Exec(t, pool, `UPDATE outbox SET status = 'failed' WHERE id <= 2`)
 
-	first := startSampler(t, dbURL, 20*time.Millisecond)
+	first := startSampler(t, dbURL, 20*time.Millisecond, true)
 	testkit.WaitFor(t, 10*time.Second, "the first sampler to sample", func() bool {
 		v, _ := first.gauge(t, "outboxrelay_table_sampler")
 		return v == 1
 	})
-	second := startSampler(t, dbURL, 20*time.Millisecond)
+	second := startSampler(t, dbURL, 20*time.Millisecond, true)
 	// The second has tried for the lock once it reports its queue usage.
 	testkit.WaitFor(t, 10*time.Second, "the second sampler to run", func() bool {
 		_, ok := second.gauge(t, "outboxrelay_notification_queue_usage_ratio")
@@ -105,4 +113,28 @@ outboxrelay_outbox_events{status="published"} 0
 	v, _ = first.gauge(t, "outboxrelay_table_sampler")
 	require.Zero(t, v, "a stopped sampler says it samples no more")
 	require.Zero(t, testutil.CollectAndCount(first.reg, "outboxrelay_outbox_events"))
+}
+
+// TestWithoutASessionEveryRelaySamples runs two samplers with no session
+// to hold a lock on (a relay with --no-listen): both sample and export the
+// table gauges, through their stores.
+func TestWithoutASessionEveryRelaySamples(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	testkit.InsertEvents(t, pool, 3)
+	a := startSampler(t, dbURL, 20*time.Millisecond, false)
+	b := startSampler(t, dbURL, 20*time.Millisecond, false)
+	for _, s := range []*sampler{a, b} {
+		testkit.WaitFor(t, 10*time.Second, "the sampler to sample", func() bool {
+			v, _ := s.gauge(t, "outboxrelay_table_sampler")
+			return v == 1
+		})
+		require.NoError(t, testutil.GatherAndCompare(s.reg, strings.NewReader(`
+# HELP outboxrelay_outbox_events Rows of the outbox table by status: pending and failed counted, published estimated from the planner's row count. Exported by the sampling relay only.
+# TYPE outboxrelay_outbox_events gauge
+outboxrelay_outbox_events{status="failed"} 0
+outboxrelay_outbox_events{status="pending"} 3
+outboxrelay_outbox_events{status="published"} 0
+`), "outboxrelay_outbox_events"))
+	}
 }
