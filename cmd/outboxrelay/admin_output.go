@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/outboxrelay/admin"
+	"github.com/outboxrelay/outboxrelay/claim"
 )
 
 // AdminFlags are what the admin subcommands that reach the database share
@@ -56,13 +57,13 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	if err != nil {
 		return nil, nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
 	}
-	params := cfg.RuntimeParams
-	if params["application_name"] == "" {
-		params["application_name"] = "outboxrelay-admin"
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "outboxrelay-admin"
 	}
-	if params["statement_timeout"] == "" {
-		params["statement_timeout"] = strconv.FormatInt(f.QueryTimeout.Milliseconds(), 10)
-	}
+	// No session state, so the commands work through a transaction-mode
+	// pool (PgBouncer) too: no prepared statements, and the statement
+	// timeout sent with each statement rather than set for the session.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(connCtx, cfg)
@@ -70,7 +71,8 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 		return nil, nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
 	}
 	closeConn := func() { conn.Close(context.WithoutCancel(ctx)) }
-	a, err := admin.New(conn, cc)
+	timeout := map[string]string{"statement_timeout": strconv.FormatInt(f.QueryTimeout.Milliseconds(), 10)}
+	a, err := admin.New(claim.NewLocalSettings(conn, timeout), cc)
 	if err != nil {
 		closeConn()
 		return nil, nil, usageError{err}

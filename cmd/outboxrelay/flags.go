@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/mattn/go-isatty"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/migrations"
 )
 
 // DatabaseFlags reach PostgreSQL.
@@ -88,23 +90,42 @@ func (f DatabaseFlags) connect(ctx context.Context, store claim.Config, workers 
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+		hint := ""
+		if strings.Contains(err.Error(), "unsupported startup parameter") {
+			hint = pgbouncerHint
+		}
+		return nil, usagef("PostgreSQL at %s unreachable: %v%s", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL), hint)
 	}
 	return pool, nil
 }
 
-// conn opens one plain connection (migrations).
-func (f DatabaseFlags) conn(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(f.DatabaseURL)
+// pgbouncerHint follows PgBouncer's refusal of the relay's startup
+// parameters, which it only sets on a session of its own.
+const pgbouncerHint = "; this looks like PgBouncer: through a transaction-mode pool, give --listener-url " +
+	"(OUTBOX_LISTENER_URL) a direct URL, or poll only with --no-listen, and the relay keeps no session state on --database-url"
+
+// sessionConn opens one plain connection to rawURL for the migrations,
+// and proves it a session of its own: through a transaction-mode pooler
+// their advisory lock would not hold.
+func sessionConn(ctx context.Context, rawURL, flag string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
-		return nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
+		return nil, usagef("%s: %v", flag, scrub(err, rawURL))
 	}
 	cfg.RuntimeParams["application_name"] = "outboxrelay-migrate"
 	connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(connCtx, cfg)
 	if err != nil {
-		return nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+		return nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(rawURL), scrub(err, rawURL))
+	}
+	if err := migrations.RequireSession(connCtx, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		if errors.Is(err, migrations.ErrTransactionPooled) {
+			return nil, usagef("%s %s: %v; run `outboxrelay migrate` with a direct DATABASE_URL, "+
+				"or give `run` a direct --listener-url, which it migrates through", flag, redactURL(rawURL), err)
+		}
+		return nil, usagef("PostgreSQL at %s: %v", redactURL(rawURL), scrub(err, rawURL))
 	}
 	return conn, nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -50,7 +51,8 @@ type ops struct {
 type opsParts struct {
 	pool     *pgxpool.Pool
 	store    *claim.Store
-	listener *notify.Listener
+	listener *notify.Listener // nil with --no-listen
+	session  *pgx.ConnConfig  // the sampler's session; nil with --no-listen
 	pub      *publish.Publisher
 	ordered  bool
 	live     func() bool
@@ -70,39 +72,44 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 	}
 	o := &ops{metrics: m, log: log}
 	if f.SampleInterval > 0 {
-		if o.sampler, err = m.Sampler(metrics.SamplerConfig{Pool: p.pool, Store: p.store, Interval: f.SampleInterval, Logger: log}); err != nil {
+		if o.sampler, err = m.Sampler(metrics.SamplerConfig{Pool: p.pool, Store: p.store, Session: p.session,
+			Interval: f.SampleInterval, Logger: log}); err != nil {
 			return nil, err
 		}
 	}
+	checks := []health.Check{{Name: metrics.ServicePostgres, Run: p.pool.Ping}}
+	if p.listener != nil {
+		checks = append(checks, health.Check{Name: metrics.ServiceListener, Run: func(context.Context) error {
+			if !p.listener.Connected() {
+				return errors.New("not listening")
+			}
+			return nil
+		}})
+	}
+	checks = append(checks,
+		health.Check{Name: metrics.ServiceRabbitMQ, Run: func(context.Context) error {
+			connected, blocked := p.pub.State()
+			m.SetConnection(metrics.ServiceRabbitMQ, connected)
+			m.SetBrokerBlocked(blocked)
+			switch {
+			case !connected:
+				return errors.New("not connected")
+			case blocked:
+				return errors.New("connection blocked by the broker (resource alarm)")
+			}
+			return nil
+		}},
+		// Catalog queries: every 15 s while they pass. A poll-only relay
+		// needs no trigger.
+		health.Check{Name: "table", Every: tableCheckEvery, Run: func(ctx context.Context) error {
+			if err := p.store.Check(ctx); err != nil || p.listener == nil {
+				return err
+			}
+			return p.store.CheckTrigger(ctx)
+		}},
+	)
 	o.monitor, err = health.New(health.Config{
-		Checks: []health.Check{
-			{Name: metrics.ServicePostgres, Run: p.pool.Ping},
-			{Name: metrics.ServiceListener, Run: func(context.Context) error {
-				if !p.listener.Connected() {
-					return errors.New("not listening")
-				}
-				return nil
-			}},
-			{Name: metrics.ServiceRabbitMQ, Run: func(context.Context) error {
-				connected, blocked := p.pub.State()
-				m.SetConnection(metrics.ServiceRabbitMQ, connected)
-				m.SetBrokerBlocked(blocked)
-				switch {
-				case !connected:
-					return errors.New("not connected")
-				case blocked:
-					return errors.New("connection blocked by the broker (resource alarm)")
-				}
-				return nil
-			}},
-			// Catalog queries: every 15 s while they pass.
-			{Name: "table", Every: tableCheckEvery, Run: func(ctx context.Context) error {
-				if err := p.store.Check(ctx); err != nil {
-					return err
-				}
-				return p.store.CheckTrigger(ctx)
-			}},
-		},
+		Checks: checks,
 		// The rabbitmq check sets its own gauges: connected and blocked
 		// apart.
 		OnResult: func(name string, err error) {

@@ -31,6 +31,9 @@ type RunCmd struct {
 	TableFlags
 	HTTPFlags
 
+	ListenerURL string `name:"listener-url" env:"OUTBOX_LISTENER_URL" help:"PostgreSQL URL of a session of its own for LISTEN, the migrations and the metrics sampler: a direct connection or a session-mode pool (default: --database-url). Naming another URL than --database-url says that --database-url goes through a transaction-mode pool (PgBouncer): the relay then keeps no session state on it."`
+	NoListen    bool   `name:"no-listen" env:"OUTBOX_NO_LISTEN" help:"Poll only, for setups with no session connection at all: no LISTEN, so events wait for the next poll (set --poll-interval to the latency you accept); --database-url is taken for a transaction-mode pool and the migrations must run separately (outboxrelay migrate on a direct URL)."`
+
 	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
 	Channel  string        `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
 	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers always notify)."`
@@ -85,6 +88,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		{c.Channel == "" || len(c.Channel) > 63, "--channel", fmt.Sprintf("%q: must be 1 to 63 bytes", c.Channel)},
 		{c.BusyRate <= 0, "--busy-rate", fmt.Sprintf("%g: must be positive", c.BusyRate)},
 		{c.BusyPoll <= 0, "--busy-poll-interval", fmt.Sprintf("%s: must be positive", c.BusyPoll)},
+		{c.NoListen && c.ListenerURL != "", "--no-listen", "polls only, with no session connection: it takes no --listener-url"},
 	} {
 		if ck.bad {
 			return claim.Config{}, publish.Config{}, relay.Config{}, usagef("%s %s", ck.flag, ck.msg)
@@ -100,6 +104,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	cc.RetryMin = c.RetryMin
 	cc.RetryMax = c.RetryMax
 	cc.OrderedDesign = c.OrderedDesign
+	cc.Pooled = c.pooled()
 	if err := cc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
 	}
@@ -160,18 +165,15 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			err = nil
 		}
 	}()
-	conns := c.Workers
-	if c.HTTPAddr != "" && c.SampleInterval > 0 {
-		conns++ // the table sampler's
-	}
-	pool, err := c.connect(ctx, cc, conns)
+	pool, err := c.connect(ctx, cc, c.Workers)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
 	if c.Migrate {
-		conn, err := c.conn(ctx)
+		url, flag := c.sessionURL()
+		conn, err := sessionConn(ctx, url, flag)
 		if err != nil {
 			return err
 		}
@@ -213,21 +215,29 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	}
 	defer pub.Close()
 
-	listenConf, err := pgx.ParseConfig(c.DatabaseURL)
-	if err != nil {
-		return usagef("--database-url / DATABASE_URL: %v", scrub(err, c.DatabaseURL))
-	}
-	listener, err := notify.New(notify.Config{
-		ConnConfig: listenConf,
-		Channel:    c.Channel,
-		Pinger:     pool,
-		Logger:     log,
-	})
-	if err != nil {
-		return usageError{err}
+	var (
+		session  *pgx.ConnConfig  // the session for LISTEN and the sampler; nil with --no-listen
+		listener *notify.Listener // nil with --no-listen
+		wakeups  relay.Listener   = pollOnly{}
+	)
+	if !c.NoListen {
+		url, flag := c.sessionURL()
+		if session, err = pgx.ParseConfig(url); err != nil {
+			return usagef("%s: %v", flag, scrub(err, url))
+		}
+		listener, err = notify.New(notify.Config{
+			ConnConfig: session,
+			Channel:    c.Channel,
+			Pinger:     pool,
+			Logger:     log,
+		})
+		if err != nil {
+			return usageError{err}
+		}
+		wakeups = listener
 	}
 
-	if c.Gate {
+	if c.Gate && !c.NoListen {
 		gate, err := c.gate(ctx, pool, cc)
 		if err != nil {
 			return err
@@ -242,15 +252,15 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 
 	rc.Logger = log
 	var r *relay.Relay
-	o, err := c.newOps(opsParts{pool: pool, store: store, listener: listener, pub: pub, ordered: cc.Ordered(),
-		live: func() bool { return r.Live() }}, log)
+	o, err := c.newOps(opsParts{pool: pool, store: store, listener: listener, session: session, pub: pub,
+		ordered: cc.Ordered(), live: func() bool { return r.Live() }}, log)
 	if err != nil {
 		return err
 	}
 	if o != nil {
 		rc.Observer = o.metrics
 	}
-	r, err = relay.New(rc, store, pub, listener)
+	r, err = relay.New(rc, store, pub, wakeups)
 	if err != nil {
 		if o != nil {
 			o.ln.Close()
@@ -259,6 +269,14 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	}
 	log.Info("outboxrelay starting", "database", redactURL(c.DatabaseURL), "amqp", redactURL(c.AMQPURL),
 		"table", c.Table, "exchange", c.Exchange, "ordering", c.Ordering)
+	switch {
+	case c.NoListen:
+		log.Info("poll-only (--no-listen): events wait for the next poll; no session state on the pool",
+			"poll_interval", c.PollInterval)
+	case cc.Pooled:
+		log.Info("--database-url taken for a transaction-mode pool: no session state on it",
+			"listener", redactURL(c.ListenerURL))
+	}
 	if o != nil {
 		opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
@@ -270,6 +288,33 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	}
 	return nil
 }
+
+// pooled reports whether --database-url is taken for a transaction-mode
+// pool: another URL serves the session (--listener-url), or there is none
+// (--no-listen).
+func (c *RunCmd) pooled() bool {
+	return c.NoListen || (c.ListenerURL != "" && c.ListenerURL != c.DatabaseURL)
+}
+
+// sessionURL is the URL of the relay's session connections, and the flag
+// that gave it.
+func (c *RunCmd) sessionURL() (url, flag string) {
+	if c.ListenerURL != "" {
+		return c.ListenerURL, "--listener-url / OUTBOX_LISTENER_URL"
+	}
+	return c.DatabaseURL, "--database-url / DATABASE_URL"
+}
+
+// pollOnly stands in for the listener with --no-listen: it never wakes the
+// relay, which then claims on its poll.
+type pollOnly struct{}
+
+func (pollOnly) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (pollOnly) C() <-chan struct{} { return nil }
 
 // gate returns the notification gate, or nil if its sequence does not
 // exist (a schema from before the gate).

@@ -1,0 +1,157 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// requireCleanLog fails on any error or warning a relay logged: behind
+// PgBouncer, a prepared statement, a session setting or a lock that does not
+// hold would show there first.
+func requireCleanLog(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		require.NotContains(t, line, `"level":"ERROR"`, out)
+		require.NotContains(t, line, `"level":"WARN"`, out)
+	}
+}
+
+// TestRelayBehindPgBouncer runs the relay as the issue's user does: its
+// pool through PgBouncer in transaction pooling, and only --listener-url
+// direct. It migrates a fresh database through the listener URL, delivers
+// 500 events woken by notifications (the fallback poll is an hour), closes
+// and opens the gate under a burst, samples the table, cleans up, restarts,
+// and the admin commands work through PgBouncer too. Nothing is logged at
+// warning level or above.
+func TestRelayBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	direct := testkit.NewDatabase(t)
+	bouncer := testkit.NewPgBouncer(t, direct)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	env := relayEnv(bouncer, exchange,
+		"OUTBOX_LISTENER_URL="+direct,
+		"OUTBOX_POLL_INTERVAL=1h",
+		"OUTBOX_BUSY_RATE=200",
+		"OUTBOX_RETENTION=1ms",
+		"OUTBOX_CLEANUP_INTERVAL=200ms",
+		"OUTBOX_METRICS_SAMPLE_INTERVAL=100ms",
+		"OUTBOX_LOG_LEVEL=debug")
+	p := startRelay(t, env)
+	addr := testkit.HTTPAddr(t, p.Out)
+	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, addr, "/readyz", 200))
+	pool := testkit.NewPool(t, direct)
+
+	// One by one: every event is announced by its notification.
+	seen := testkit.Counter{}
+	for range 20 {
+		testkit.InsertEvents(t, pool, 1)
+		collect(t, queue, seen, len(seen)+1, 30*time.Second)
+	}
+	// A burst of small transactions, faster than --busy-rate: the gate
+	// closes while the relay polls, and opens once the burst is over.
+	for range 48 {
+		testkit.InsertEvents(t, pool, 10)
+	}
+	collect(t, queue, seen, 500, 60*time.Second)
+	testkit.WaitFor(t, 30*time.Second, "the gate to close and open again", func() bool {
+		out := p.Out.String()
+		closed := strings.Index(out, "busy: gate closed")
+		return closed >= 0 && strings.Contains(out[closed:], "idle: gate open")
+	})
+	testkit.WaitFor(t, 30*time.Second, "cleanup to delete every published event", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`) == 0
+	})
+	testkit.AwaitMetrics(t, addr, 30*time.Second, "the table sampled", func(m testkit.Metrics) bool {
+		return m.Value("outboxrelay_table_sampler") == 1 && m.Value("outboxrelay_events_published_total") == 500
+	})
+	p.Stop(30 * time.Second)
+	requireCleanLog(t, p.Out.String())
+
+	// The admin commands, through PgBouncer alone.
+	admin := adminEnv(bouncer)
+	var status struct{ Pending, Published, Failed int }
+	runJSON(t, admin, &status, "status")
+	require.Equal(t, 0, status.Pending)
+	code, _, stderr := runOnce(t, admin, "emit", "--count", "3", "--exchange", exchange)
+	require.Equal(t, 0, code, stderr)
+	testkit.Exec(t, pool, `UPDATE outbox SET status = 'failed' WHERE id = (SELECT max(id) FROM outbox)`)
+	var dead []map[string]any
+	runJSON(t, admin, &dead, "dead")
+	require.Len(t, dead, 1)
+	code, _, stderr = runOnce(t, admin, "requeue", "--all")
+	require.Equal(t, 0, code, stderr)
+
+	// Restarted, the relay delivers what came meanwhile.
+	p = startRelay(t, env)
+	collect(t, queue, seen, 503, 30*time.Second)
+	p.Stop(30 * time.Second)
+	requireCleanLog(t, p.Out.String())
+	require.Zero(t, seen.Duplicates())
+}
+
+// TestPollOnlyRelayBehindPgBouncer runs the relay with no session at all
+// (--no-listen), through PgBouncer: it delivers on its poll, and is ready
+// without a listener.
+func TestPollOnlyRelayBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	direct, pool := testkit.NewOutbox(t)
+	bouncer := testkit.NewPgBouncer(t, direct)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	p := startRelay(t, relayEnv(bouncer, exchange,
+		"OUTBOX_NO_LISTEN=true",
+		"OUTBOX_MIGRATE=false",
+		"OUTBOX_POLL_INTERVAL=50ms",
+		"OUTBOX_METRICS_SAMPLE_INTERVAL=100ms"))
+	addr := testkit.HTTPAddr(t, p.Out)
+	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, addr, "/readyz", 200))
+	testkit.InsertEvents(t, pool, 50)
+	collect(t, queue, testkit.Counter{}, 50, 30*time.Second)
+	testkit.AwaitMetrics(t, addr, 30*time.Second, "the table sampled without a session", func(m testkit.Metrics) bool {
+		return m.Value("outboxrelay_table_sampler") == 1 && m.Value("outboxrelay_outbox_events", "status", "pending") == 0
+	})
+	p.Stop(30 * time.Second)
+	out := p.Out.String()
+	requireCleanLog(t, out)
+	require.Contains(t, out, "poll-only")
+	require.NotContains(t, out, "listener connected")
+}
+
+// TestTransactionPoolRefusedWhereASessionIsNeeded: the migrations, and a
+// relay given nothing but a PgBouncer URL, exit 2 with an error that says
+// what to do, and leave the database as it was.
+func TestTransactionPoolRefusedWhereASessionIsNeeded(t *testing.T) {
+	t.Parallel()
+	direct := testkit.NewDatabase(t)
+	bouncer := testkit.NewPgBouncer(t, direct)
+	exchange := testkit.NewExchange(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"migrate", adminEnv(bouncer), []string{"migrate"},
+			[]string{"transaction-mode pooler", "direct DATABASE_URL"}},
+		{"run with the pool alone", relayEnv(bouncer, exchange), nil,
+			[]string{"unsupported startup parameter", "this looks like PgBouncer", "--listener-url"}},
+		{"poll-only run that migrates", relayEnv(bouncer, exchange, "OUTBOX_NO_LISTEN=true"), nil,
+			[]string{"transaction-mode pooler", "session advisory lock"}},
+		{"no-listen with a listener URL", relayEnv(bouncer, exchange, "OUTBOX_NO_LISTEN=true", "OUTBOX_LISTENER_URL="+direct), nil,
+			[]string{"--no-listen", "--listener-url"}},
+	} {
+		code, _, stderr := runOnce(t, tc.env, tc.args...)
+		require.Equal(t, 2, code, "%s: %s", tc.name, stderr)
+		for _, w := range tc.want {
+			require.Contains(t, stderr, w, tc.name)
+		}
+	}
+	pool := testkit.NewPool(t, direct)
+	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`), "nothing migrated")
+}
