@@ -3,17 +3,13 @@ package claim_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -22,11 +18,7 @@ import (
 func newOrderedStore(t *testing.T, cfg claim.Config) (*claim.Store, *pgxpool.Pool) {
 	t.Helper()
 	url, pool := testkit.NewOutbox(t)
-	conn, err := pgx.Connect(context.Background(), url)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	require.NoError(t, migrations.EnsureOrderingIndex(context.Background(), conn,
-		[]string{"aggregate_type", "aggregate_id"}, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	ensureOrderingIndex(t, url)
 	cfg.Ordering = claim.OrderAggregate
 	s, err := claim.New(pool, cfg)
 	require.NoError(t, err)

@@ -2,15 +2,12 @@ package claim_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -27,11 +24,7 @@ func BenchmarkClaimAndMark(b *testing.B) {
 		for _, mode := range []string{"direct", "pooled", "pgbouncer"} {
 			b.Run(string(ordering)+"/"+mode, func(b *testing.B) {
 				url, setup := testkit.NewOutbox(b)
-				conn, err := pgx.Connect(context.Background(), url)
-				require.NoError(b, err)
-				require.NoError(b, migrations.EnsureOrderingIndex(context.Background(), conn,
-					[]string{"aggregate_type", "aggregate_id"}, slog.New(slog.DiscardHandler)))
-				require.NoError(b, conn.Close(context.Background()))
+				ensureOrderingIndex(b, url)
 				testkit.InsertEvents(b, setup, b.N)
 				testkit.Exec(b, setup, `VACUUM ANALYZE outbox`)
 

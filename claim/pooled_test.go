@@ -3,7 +3,6 @@ package claim_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -14,22 +13,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
+
+// onePool is a pool of one connection to a fresh database.
+func onePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testkit.NewDatabase(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // A setting applies to its statement, a transaction's settings to the
 // whole transaction, and neither outlives its transaction on the server
 // connection: the pool has one connection, which every step shares.
 func TestLocalSettingsLastOneTransaction(t *testing.T) {
 	t.Parallel()
-	url := testkit.NewDatabase(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := onePool(t)
 	ctx := context.Background()
 	local := claim.NewLocalSettings(pool, map[string]string{"statement_timeout": "150", "enable_seqscan": "off"})
 
@@ -46,7 +50,7 @@ func TestLocalSettingsLastOneTransaction(t *testing.T) {
 	require.Equal(t, "on", show(pool, "enable_seqscan"), "nothing left on the connection")
 	require.Equal(t, "0", show(pool, "statement_timeout"))
 
-	_, err = local.Exec(ctx, "SELECT pg_sleep(5)")
+	_, err := local.Exec(ctx, "SELECT pg_sleep(5)")
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr), "%v", err)
 	require.Equal(t, pgerrcode.QueryCanceled, pgErr.Code, "the statement timeout holds: %v", err)
@@ -63,13 +67,7 @@ func TestLocalSettingsLastOneTransaction(t *testing.T) {
 // otherwise the next statement would wait for it until the deadline.
 func TestLocalSettingsRowsGiveTheConnectionBack(t *testing.T) {
 	t.Parallel()
-	url := testkit.NewDatabase(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := onePool(t)
 	local := claim.NewLocalSettings(pool, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -120,11 +118,7 @@ func TestPooledStoreWorksThroughPgBouncer(t *testing.T) {
 		t.Run(string(ordering), func(t *testing.T) {
 			t.Parallel()
 			url, direct := testkit.NewOutbox(t)
-			conn, err := pgx.Connect(context.Background(), url)
-			require.NoError(t, err)
-			require.NoError(t, migrations.EnsureOrderingIndex(context.Background(), conn,
-				[]string{"aggregate_type", "aggregate_id"}, slog.New(slog.DiscardHandler)))
-			require.NoError(t, conn.Close(context.Background()))
+			ensureOrderingIndex(t, url)
 			testkit.InsertEvents(t, direct, 200)
 			_, s := pooledStore(t, url, claim.Config{Ordering: ordering, RetryMin: time.Millisecond, RetryMax: time.Millisecond})
 			ctx := context.Background()
@@ -177,16 +171,7 @@ func TestPooledStoreWorksThroughPgBouncer(t *testing.T) {
 func TestPooledClaimPlanStaysOnTheIndex(t *testing.T) {
 	t.Parallel()
 	url, setup := testkit.NewOutbox(t)
-	testkit.Exec(t, setup, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
-	testkit.InsertEvents(t, setup, 5000)
-	testkit.Exec(t, setup, `DO $$
-		BEGIN
-			FOR i IN 1..5000 LOOP
-				UPDATE outbox SET status = 'published', published_at = now() WHERE id = i;
-				COMMIT;
-			END LOOP;
-		END $$`)
-	testkit.InsertEvents(t, setup, 1)
+	publishedOneByOne(t, setup)
 
 	_, s := pooledStore(t, url, claim.Config{})
 	explain := "EXPLAIN (COSTS OFF) " + claim.Statements(s)["claim"]
