@@ -99,3 +99,23 @@ func TestEveryAlertHasARunbookInTheReadme(t *testing.T) {
 		require.Contains(t, string(readme), `<a id="`+l[1]+`"></a>`, "README anchor for runbook #%s", l[1])
 	}
 }
+
+// TestEveryRunFlagIsInTheReadme keeps README's configuration table in step
+// with `outboxrelay run --help`: every flag is named there (the column
+// mapping flags as one range row).
+func TestEveryRunFlagIsInTheReadme(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	code, help, stderr := runOnce(t, []string{"PATH=" + os.Getenv("PATH")}, "run", "--help")
+	require.Equal(t, 0, code, stderr)
+	flags := regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?(--(?:\[no-\])?[a-z0-9-]+)`).FindAllStringSubmatch(help, -1)
+	require.Greater(t, len(flags), 30, help)
+	for _, f := range flags {
+		if f[1] == "--help" || strings.HasPrefix(f[1], "--column-") {
+			continue
+		}
+		require.True(t, strings.Contains(string(readme), "`"+f[1]+"`"), "README.md's configuration table lacks %s", f[1])
+	}
+	require.True(t, strings.Contains(string(readme), "`--column-id` … `--column-created-at`"), "README.md's column flags row")
+}
