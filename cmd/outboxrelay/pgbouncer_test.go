@@ -1,12 +1,17 @@
 package main_test
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/outbox"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -24,7 +29,8 @@ func requireCleanLog(t *testing.T, out string) {
 // TestRelayBehindPgBouncer runs the relay as the issue's user does: its
 // pool through PgBouncer in transaction pooling, and only --listener-url
 // direct. It migrates a fresh database through the listener URL, delivers
-// 500 events woken by notifications (the fallback poll is an hour), closes
+// 500 events written through PgBouncer and woken by notifications (the
+// fallback poll is an hour), closes
 // and opens the gate under a burst, samples the table, cleans up, restarts,
 // and the admin commands work through PgBouncer too. Nothing is logged at
 // warning level or above.
@@ -47,16 +53,31 @@ func TestRelayBehindPgBouncer(t *testing.T) {
 	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, addr, "/readyz", 200))
 	pool := testkit.NewPool(t, direct)
 
+	// Producers write through PgBouncer too: with the outbox library on a
+	// pool left as pgx configures it (Write sends its statement unprepared),
+	// and with plain inserts on a pool that prepares nothing.
+	ctx := context.Background()
+	appPool := testkit.NewPool(t, bouncer)
+	cfg, err := pgxpool.ParseConfig(bouncer)
+	require.NoError(t, err)
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	insertPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(insertPool.Close)
+
 	// One by one: every event is announced by its notification.
 	seen := testkit.Counter{}
-	for range 20 {
-		testkit.InsertEvents(t, pool, 1)
+	for i := range 20 {
+		require.NoError(t, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
+			return outbox.Writer{}.Write(ctx, tx, outbox.Event{
+				AggregateType: "order", AggregateID: strconv.Itoa(i), EventType: "created", Payload: map[string]int{"n": i}})
+		}))
 		collect(t, queue, seen, len(seen)+1, 30*time.Second)
 	}
 	// A burst of small transactions, faster than --busy-rate: the gate
 	// closes while the relay polls, and opens once the burst is over.
 	for range 48 {
-		testkit.InsertEvents(t, pool, 10)
+		testkit.InsertEvents(t, insertPool, 10)
 	}
 	collect(t, queue, seen, 500, 60*time.Second)
 	testkit.WaitFor(t, 30*time.Second, "the gate to close and open again", func() bool {
