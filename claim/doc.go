@@ -34,4 +34,10 @@
 // The table, its column names and its status values come from Config, so an
 // existing outbox table (see the sql folder) can be used as it is. Identifiers
 // are quoted with pgx.Identifier; statements are rendered once, at New.
+//
+// Every statement runs under Config.Settings. On a direct connection they
+// are the pool's startup parameters (ConfigurePool) and pgx prepares the
+// statements. With Config.Pooled, for a transaction-mode pooler such as
+// PgBouncer, nothing is kept per session: LocalSettings sends the settings
+// with each statement, in the same round trip and transaction.
 package claim
