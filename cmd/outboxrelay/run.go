@@ -218,7 +218,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	var (
 		session  *pgx.ConnConfig  // the session for LISTEN and the sampler; nil with --no-listen
 		listener *notify.Listener // nil with --no-listen
-		wakeups  relay.Listener   = pollOnly{}
+		wakeups  relay.Listener   // nil with --no-listen: the relay polls only
 	)
 	if !c.NoListen {
 		url, flag := c.sessionURL()
@@ -304,17 +304,6 @@ func (c *RunCmd) sessionURL() (url, flag string) {
 	}
 	return c.DatabaseURL, "--database-url / DATABASE_URL"
 }
-
-// pollOnly stands in for the listener with --no-listen: it never wakes the
-// relay, which then claims on its poll.
-type pollOnly struct{}
-
-func (pollOnly) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
-}
-
-func (pollOnly) C() <-chan struct{} { return nil }
 
 // gate returns the notification gate, or nil if its sequence does not
 // exist (a schema from before the gate).
