@@ -109,3 +109,15 @@ SELECT
     CASE WHEN $2::bool THEN (SELECT count(*) FROM (
         SELECT DISTINCT {{key "o"}} FROM {{.Table}} AS o WHERE o.{{.Status}} = {{.Failed}}) AS blocked)
     ELSE 0 END;
+
+-- name: insert_sequence
+-- $1 the table (regclass text), $2 the id column's name as it is. The
+-- sequence that numbers the table's rows, if the id column owns one
+-- (identity or serial); NULL otherwise.
+SELECT pg_get_serial_sequence($1, $2);
+
+-- name: last_insert_id
+-- $1 the sequence (regclass text). The last id it handed out: it grows with
+-- every insert, committed or not, and is read outside MVCC, so it measures
+-- the producers whatever the relay has claimed. 0 before the first.
+SELECT coalesce(pg_sequence_last_value($1::regclass), 0);

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/template"
 	"time"
@@ -106,6 +107,9 @@ type Store struct {
 	cursor atomic.Int64
 	// depth chooses how many aggregates an ordered claim takes.
 	depth depthGauge
+	// seq is the id column's sequence, once LastInsertID has found it.
+	seqMu sync.Mutex
+	seq   *string
 }
 
 type queries struct {
@@ -114,6 +118,7 @@ type queries struct {
 	table                                                                string
 	claim, markPublished, retry, extend, release, deletePublished, check string
 	checkOrdering, checkTrigger, sample                                  string
+	insertSequence, lastInsertID                                         string
 }
 
 // New validates cfg and renders the store's statements for its table.
@@ -191,6 +196,8 @@ func render(cfg Config) (queries, error) {
 		checkOrdering:   named["check_ordering"],
 		checkTrigger:    named["check_trigger"],
 		sample:          named["sample"],
+		insertSequence:  named["insert_sequence"],
+		lastInsertID:    named["last_insert_id"],
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]

@@ -50,9 +50,19 @@ type Config struct {
 	// BusyRate is the insert rate, in events per second, above which the
 	// relay closes the Gate and claims every BusyPollInterval instead of
 	// waiting for notifications; below half of it, the relay opens the Gate
-	// again. The rate is read from the ids the relay claims over the last
-	// 200ms. Only used with a Gate. Default 2000.
+	// again. The rate is the growth, over the last 200ms, of the highest id
+	// seen: the ids the relay claims and, with Inserts, the id sequence's
+	// last value. Only used with a Gate. Default 2000.
 	BusyRate float64
+	// Inserts, if set, reads how far the producers have inserted
+	// (*claim.Store has it: the id sequence's last value). The relay reads
+	// it every 200ms while the Gate is closed, and while it is open only
+	// when it has claimed something since the last reading, so an idle
+	// relay reads nothing. Without it the rate is read from the ids
+	// claimed alone, and a relay that falls behind (starved of CPU, or
+	// failing its publishes) sees a rate below the producers' and opens
+	// the Gate while they still insert fast. Default nil.
+	Inserts Inserts
 	// BusyPollInterval is how often a busy relay claims. Default 2ms.
 	BusyPollInterval time.Duration
 	// Ordered tells the relay that the store claims in ordered mode

@@ -8,7 +8,8 @@
 // worker, so a backlog is drained by every worker at once.
 //
 // With a Config.Gate, the relay steers the trigger's notifications by the
-// insert rate it sees: above Config.BusyRate it closes the gate, so
+// insert rate (the growth of the id sequence, with Config.Inserts, or of
+// the ids it claims): above Config.BusyRate it closes the gate, so
 // producers stop paying for NOTIFY, and claims every BusyPollInterval;
 // below half of it, it opens the gate, waits out the producers that saw it
 // closed, and claims once more, so no wake-up is lost.

@@ -2,8 +2,11 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboxrelay/outboxrelay/claim"
 )
 
 // Gate switches the outbox trigger's notifications; *notify.Gate has it.
@@ -27,6 +30,16 @@ const (
 // gateTimeout bounds one gate statement; Open's wait for producers is
 // bounded by the pool's statement timeout as well.
 const gateTimeout = 15 * time.Second
+
+// Inserts reads how far producers have inserted: the last id the outbox's
+// id sequence handed out (*claim.Store has it).
+type Inserts interface {
+	LastInsertID(ctx context.Context) (int64, error)
+}
+
+// insertsTimeout bounds one reading of Inserts: the gate's steering waits
+// for it.
+const insertsTimeout = time.Second
 
 // meter follows the highest id claimed: ids come from one sequence, so its
 // growth is the table's insert rate, whichever relay claimed the rows.
@@ -76,6 +89,13 @@ func (r *rateRing) add(s rateSample) float64 {
 // then either claimed by that pass or announced by a notification. The gap
 // between the thresholds keeps a relay near the threshold from flapping.
 //
+// The rate is the growth of the highest id seen: the ids claimed and, with
+// Config.Inserts, the id sequence's last value, read at every sample while
+// the gate is closed and, while it is open, at a sample after a claim. A
+// relay that falls behind its producers therefore keeps the gate closed
+// while they insert fast, instead of reading its own slowness as quiet and
+// making every insert notify again.
+//
 // At shutdown it opens the gate, for a second at most and no later than
 // the shutdown deadline (drainCtx's end).
 func (r *Relay) steer(ctx, drainCtx context.Context) {
@@ -86,6 +106,10 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		ring       rateRing
 		lastSample time.Time
 		lastClose  time.Time
+		// claimed is the meter at the last sample; inserted the highest id
+		// Inserts has reported.
+		claimed, inserted int64
+		insertsOff        bool // Inserts failed for good (no sequence)
 	)
 	for {
 		wait := rateSampleEvery
@@ -113,7 +137,19 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			continue
 		}
 		lastSample = now
-		rate := ring.add(rateSample{at: now, id: r.meter.maxID.Load()})
+		seen := r.meter.maxID.Load()
+		if r.cfg.Inserts != nil && !insertsOff && (!open || seen != claimed) {
+			id, err := r.lastInsert(ctx)
+			switch {
+			case errors.Is(err, claim.ErrNoInsertSequence):
+				insertsOff = true
+				r.log.Info("the insert rate comes from claimed ids alone", "err", err)
+			case err == nil:
+				inserted = max(inserted, id)
+			}
+		}
+		claimed = seen
+		rate := ring.add(rateSample{at: now, id: max(seen, inserted)})
 		switch {
 		case open && rate > r.cfg.BusyRate:
 			if err := r.closeGate(ctx); err != nil {
@@ -139,6 +175,18 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 // batch.
 func (r *Relay) sparePoll() bool {
 	return r.cfg.Ordered && r.dry.Load() && r.inFlight.Load() > 0
+}
+
+// lastInsert reads Inserts; a failure is logged at debug level and leaves
+// the rate to the ids claimed this time.
+func (r *Relay) lastInsert(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, insertsTimeout)
+	defer cancel()
+	id, err := r.cfg.Inserts.LastInsertID(ctx)
+	if err != nil && ctx.Err() == nil {
+		r.log.Debug("reading the insert sequence failed", "err", err)
+	}
+	return id, err
 }
 
 func (r *Relay) closeGate(ctx context.Context) error {

@@ -10,7 +10,8 @@
 -- The role may:
 --   * read, update and delete rows of the outbox table (claim, mark, retry,
 --     release, cleanup); it may not insert, and it owns nothing;
---   * read and set the wake-up gate sequence (TABLE_wakeup);
+--   * read and set the wake-up gate sequence (TABLE_wakeup), and read the
+--     id column's sequence (the producers' insert rate);
 --   * use the schema, connect, LISTEN, NOTIFY (its heartbeat) and take
 --     advisory locks, which every role may.
 -- It may not create, alter or drop anything: no DDL at run time.
@@ -20,17 +21,20 @@
 --                           give it one, or let pg_hba.conf admit it
 --   schema    public
 --   table     outbox        the outbox table (the drop-in's table name)
+--   id_column id            its id column (the drop-in's column_id)
 
 \set ON_ERROR_STOP on
 \if :{?role} \else \set role outboxrelay \endif
 \if :{?schema} \else \set schema public \endif
 \if :{?table} \else \set table outbox \endif
+\if :{?id_column} \else \set id_column id \endif
 
 BEGIN;
 
 SELECT set_config('outboxrelay.role', :'role', true),
        set_config('outboxrelay.schema', :'schema', true),
-       set_config('outboxrelay.table', :'table', true)
+       set_config('outboxrelay.table', :'table', true),
+       set_config('outboxrelay.id_column', :'id_column', true)
 \gset outboxrelay_ignored_
 
 DO $role$
@@ -38,6 +42,7 @@ DECLARE
     rol text := current_setting('outboxrelay.role');
     sch text := current_setting('outboxrelay.schema');
     tbl text := current_setting('outboxrelay.table');
+    idc text := current_setting('outboxrelay.id_column');
     rel regclass;
     seq regclass;
 BEGIN
@@ -51,6 +56,12 @@ BEGIN
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), rol);
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', sch, rol);
     EXECUTE format('GRANT SELECT, UPDATE, DELETE ON %s TO %I', rel, rol);
+    -- The id sequence, read (never advanced) for the producers' insert
+    -- rate, which steers the gate.
+    seq := pg_get_serial_sequence(rel::text, idc)::regclass;
+    IF seq IS NOT NULL THEN
+        EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', seq, rol);
+    END IF;
     seq := to_regclass(format('%I.%I', sch, tbl || '_wakeup'));
     IF seq IS NOT NULL THEN
         EXECUTE format('GRANT SELECT, UPDATE ON SEQUENCE %s TO %I', seq, rol);

@@ -89,13 +89,18 @@ func TestRelayRunsAsLeastPrivilegeRole(t *testing.T) {
 		require.NoError(t, pool.QueryRow(context.Background(), check, role).Scan(&allowed))
 		require.False(t, allowed, check)
 	}
+	var readsIDs bool
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT has_sequence_privilege($1, pg_get_serial_sequence('outbox', 'id'), 'SELECT')`, role).Scan(&readsIDs))
+	require.True(t, readsIDs, "the role reads the id sequence, for the insert rate")
 
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	u.User = url.User(role)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
-	p := startRelay(t, relayEnv(u.String(), exchange), "--no-migrate", "--busy-rate=100", "--poll-interval=1h")
+	// At debug level, so a failed reading of the insert sequence shows.
+	p := startRelay(t, relayEnv(u.String(), exchange, "OUTBOX_LOG_LEVEL=debug"), "--no-migrate", "--busy-rate=100", "--poll-interval=1h")
 
 	const gateClosed = `SELECT (pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000)::int`
 	inserted := 0

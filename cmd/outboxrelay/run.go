@@ -243,7 +243,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			return err
 		}
 		if gate != nil {
-			rc.Gate = gate
+			rc.Gate, rc.Inserts = gate, store
 		} else {
 			log.Warn("no notification gate: producers notify on every insert; apply the migrations or re-run sql/outboxrelay_install.sql",
 				"gate_sequence", c.GateSeq)

@@ -1,0 +1,60 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoInsertSequence is LastInsertID's error when the id column owns no
+// sequence (it is neither an identity nor a serial column): the insert
+// rate can then only be read from the ids claimed.
+var ErrNoInsertSequence = errors.New("the id column owns no sequence")
+
+// LastInsertID returns the last id the table's id sequence handed out. It
+// grows with every insert, committed, rolled back or not yet committed,
+// and is read outside MVCC: the producers' pace, which the ids the relay
+// claims only follow as fast as the relay keeps up. The sequence is looked
+// up on the first call. Reading it needs USAGE or SELECT on the sequence
+// (sql/outboxrelay_role.sql grants SELECT).
+func (s *Store) LastInsertID(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	seq, err := s.insertSequence(ctx)
+	if err != nil {
+		return 0, err
+	}
+	r, err := s.db.Query(ctx, s.q.lastInsertID, seq)
+	if err != nil {
+		return 0, fmt.Errorf("last insert id: %w", err)
+	}
+	id, err := pgx.CollectExactlyOneRow(r, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("last insert id: %w", err)
+	}
+	return id, nil
+}
+
+// insertSequence looks the id column's sequence up once.
+func (s *Store) insertSequence(ctx context.Context) (string, error) {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	if s.seq != nil {
+		return *s.seq, nil
+	}
+	r, err := s.db.Query(ctx, s.q.insertSequence, s.q.table, s.cfg.Columns.ID)
+	if err != nil {
+		return "", fmt.Errorf("insert sequence: %w", err)
+	}
+	seq, err := pgx.CollectExactlyOneRow(r, pgx.RowTo[*string])
+	if err != nil {
+		return "", fmt.Errorf("insert sequence: %w", err)
+	}
+	if seq == nil {
+		return "", fmt.Errorf("insert sequence of %s.%s: %w", s.q.table, s.cfg.Columns.ID, ErrNoInsertSequence)
+	}
+	s.seq = seq
+	return *seq, nil
+}

@@ -1,0 +1,56 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// LastInsertID follows the id sequence: every insert moves it, a
+// rolled-back or not yet committed one too, and claims do not.
+func TestLastInsertIDFollowsTheIDSequence(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	last := func() int64 {
+		t.Helper()
+		id, err := s.LastInsertID(ctx)
+		require.NoError(t, err)
+		return id
+	}
+	require.Zero(t, last(), "nothing inserted yet")
+	testkit.InsertEvents(t, pool, 5)
+	require.EqualValues(t, 5, last())
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+		SELECT 'order', '1', 'created', '{}' FROM generate_series(1, 3)`)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, last(), "an insert not yet committed counts")
+	require.NoError(t, tx.Rollback(ctx))
+	require.EqualValues(t, 8, last(), "and stays counted once rolled back")
+
+	_, err = s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, last())
+}
+
+// A table whose id column owns no sequence gives ErrNoInsertSequence, and
+// the relay reads the rate from the ids it claims.
+func TestLastInsertIDWithoutASequence(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	testkit.Exec(t, pool, `CREATE TABLE plain_ids (LIKE outbox INCLUDING DEFAULTS)`)
+	testkit.Exec(t, pool, `ALTER TABLE plain_ids ALTER COLUMN id DROP IDENTITY IF EXISTS`)
+	s, err := claim.New(pool, claim.Config{Table: "plain_ids"})
+	require.NoError(t, err)
+	_, err = s.LastInsertID(context.Background())
+	require.ErrorIs(t, err, claim.ErrNoInsertSequence)
+}

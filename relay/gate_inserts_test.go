@@ -1,0 +1,102 @@
+package relay_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+)
+
+// recordingGate is a relay.Gate that reports whether it is open.
+type recordingGate struct{ open atomic.Bool }
+
+func (g *recordingGate) Open(context.Context) error  { g.open.Store(true); return nil }
+func (g *recordingGate) Close(context.Context) error { g.open.Store(false); return nil }
+func (g *recordingGate) TTL() time.Duration          { return time.Hour }
+
+// fakeInserts is a relay.Inserts whose id sequence the test moves.
+type fakeInserts struct{ last atomic.Int64 }
+
+func (f *fakeInserts) LastInsertID(context.Context) (int64, error) { return f.last.Load(), nil }
+
+// A relay that falls behind its producers (starved of CPU: it claims one
+// event per 50 ms, while they insert 20,000 a second) keeps the gate
+// closed for as long as they insert so fast, because it reads their pace
+// from the id sequence; read from the ids it claims (20/s), the rate would
+// fall below half of BusyRate and open the gate, and every insert would
+// notify again. Once the producers stop, the gate opens.
+func TestRelayBehindItsProducersKeepsTheGateClosed(t *testing.T) {
+	t.Parallel()
+	d := newDispatcher(t)
+	gate, inserts := &recordingGate{}, &fakeInserts{}
+	gate.open.Store(true) // as the relay's start leaves it
+	d.cfg.Gate, d.cfg.Inserts = gate, inserts
+	d.cfg.BusyRate, d.cfg.BusyPollInterval = 100, 2*time.Millisecond
+	var (
+		mu       sync.Mutex
+		lastID   int64
+		lastTake time.Time
+	)
+	d.store.claim = func(context.Context) (claim.Batch, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := d.clock.Now(); now.Sub(lastTake) >= 50*time.Millisecond {
+			lastTake, lastID = now, lastID+1
+			return testBatch(time.Minute, lastID), nil
+		}
+		return claim.Batch{}, nil
+	}
+	stop := make(chan struct{})
+	var drained sync.WaitGroup
+	drained.Go(func() {
+		for {
+			select {
+			case <-d.store.calls:
+			case <-d.pub.calls:
+			case <-stop:
+				return
+			}
+		}
+	})
+	d.start(t)
+	t.Cleanup(func() { close(stop); drained.Wait() })
+
+	// run advances the clock by total, step by step of the gate's own
+	// timer (the 50 ms rate sample while open, the 2 ms busy poll while
+	// closed). Producers insert perSecond meanwhile; while the gate is
+	// open, each step brings a notification, as the trigger would send.
+	// It returns whether the gate was ever closed, and whether it opened
+	// after it was first closed.
+	run := func(total time.Duration, perSecond int64) (closed, reopened bool) {
+		for elapsed := time.Duration(0); elapsed < total; {
+			left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= 50*time.Millisecond })
+			inserts.last.Add(perSecond * int64(left) / int64(time.Second))
+			if gate.open.Load() {
+				select {
+				case d.listener.c <- struct{}{}:
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			d.clock.Advance(left)
+			elapsed += left
+			switch open := gate.open.Load(); {
+			case !open:
+				closed = true
+			case closed:
+				reopened = true
+			}
+		}
+		return closed, reopened
+	}
+
+	closed, reopened := run(3*time.Second, 20_000)
+	require.True(t, closed, "the relay never closed the gate while producers inserted 20,000/s")
+	require.False(t, reopened, "the relay opened the gate while producers still inserted 20,000/s")
+	_, reopened = run(time.Second, 0)
+	require.True(t, reopened, "the gate stayed closed once the producers stopped")
+}
