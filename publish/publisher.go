@@ -13,10 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// maxIdleChannels is how many confirm channels the pool keeps between
-// batches; more may be open while more batches are in flight.
-const maxIdleChannels = 16
-
 // closeTimeout bounds the connection.close handshake on shutdown.
 const closeTimeout = 5 * time.Second
 
