@@ -14,7 +14,8 @@ import (
 var (
 	// ErrInvalid: the message can never be published as it is (body over
 	// MaxMessageSize, exchange, routing key, message id, type or a header
-	// key over 255 bytes, a header value AMQP cannot carry).
+	// key over 255 bytes, a header value AMQP cannot carry, headers too
+	// large for one frame of the connection's negotiated frame size).
 	ErrInvalid = errors.New("publish: invalid message")
 	// ErrReturned: the broker returned the message as unroutable (no queue
 	// bound for its routing key). The error carries the reply code and text.
@@ -48,7 +49,9 @@ type Message struct {
 	// Timestamp is the AMQP timestamp property (second precision on the
 	// wire).
 	Timestamp time.Time
-	// Headers are the AMQP headers; see HeadersFromJSON.
+	// Headers are the AMQP headers; see HeadersFromJSON. With the other
+	// properties they must fit in one AMQP frame of the size the connection
+	// negotiated (RabbitMQ's frame_max, 128 KiB by default).
 	Headers amqp.Table
 	// Body is the payload, JSON.
 	Body []byte
@@ -57,6 +60,8 @@ type Message struct {
 // validate reports why m can never be published, wrapping ErrInvalid; the
 // exchange is the resolved one. Anything amqp091 would fail to encode is
 // caught here: an encoding error mid-frame tears down the whole connection.
+// The one limit it cannot check is the connection's frame size, which the
+// headers must fit in: see checkHeaderFrame.
 func (m *Message) validate(exchange string, maxBody int) error {
 	switch {
 	case len(m.Body) > maxBody:
@@ -70,34 +75,21 @@ func (m *Message) validate(exchange string, maxBody int) error {
 	case len(m.Type) > maxShortString:
 		return fmt.Errorf("%w: type is %d bytes, more than %d", ErrInvalid, len(m.Type), maxShortString)
 	}
-	if err := m.Headers.Validate(); err != nil {
-		return fmt.Errorf("%w: headers: %w", ErrInvalid, err)
-	}
-	if err := validateKeys(m.Headers); err != nil {
+	if _, err := tableSize(m.Headers); err != nil {
 		return fmt.Errorf("%w: headers: %w", ErrInvalid, err)
 	}
 	return nil
 }
 
-// validateKeys checks the one thing Table.Validate does not: table keys are
-// shortstrs, at most 255 bytes, at any depth.
-func validateKeys(v any) error {
-	switch v := v.(type) {
-	case amqp.Table:
-		for k, f := range v {
-			if len(k) > maxShortString {
-				return fmt.Errorf("key %.32q… is %d bytes, more than %d", k, len(k), maxShortString)
-			}
-			if err := validateKeys(f); err != nil {
-				return fmt.Errorf("table field %q: %w", k, err)
-			}
-		}
-	case []any:
-		for _, f := range v {
-			if err := validateKeys(f); err != nil {
-				return fmt.Errorf("in array: %w", err)
-			}
-		}
+// publishing is the AMQP message sent for m.
+func (m *Message) publishing() amqp.Publishing {
+	return amqp.Publishing{
+		Headers:      m.Headers,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.MessageID,
+		Timestamp:    m.Timestamp,
+		Type:         m.Type,
+		Body:         m.Body,
 	}
-	return nil
 }

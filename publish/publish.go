@@ -23,8 +23,9 @@ import (
 // twice. It restarts in full once the connection is unblocked. ctx ends
 // the wait at any time.
 //
-// A message fails on its own with ErrInvalid, ErrExchangeNotFound,
-// ErrReturned or ErrNacked; the others of the batch are unaffected. If the
+// A message fails on its own with ErrInvalid (among others when its headers
+// do not fit in one frame of the connection's frame size),
+// ErrExchangeNotFound, ErrReturned or ErrNacked; the others of the batch are unaffected. If the
 // channel or connection is lost, or the deadline passes, every unconfirmed
 // message fails with that error. If the publisher is not connected (or the
 // connection is blocked), every message fails at once with ErrNotConnected.
@@ -52,6 +53,12 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		fail(errs, todo, err)
 		return errs
 	}
+	// Checked here, with the trace context in the headers, against the
+	// frame size this connection negotiated.
+	todo = checkHeaderFrames(msgs, todo, errs, conn.Config.FrameSize)
+	if len(todo) == 0 {
+		return errs
+	}
 	// One deadline for the whole batch: checks, channel, sending, confirms.
 	ctx, cancel := p.batchContext(ctx, gen)
 	defer cancel()
@@ -67,6 +74,21 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 	reusable := p.send(ctx, c, wire, msgs, exchanges, todo, errs)
 	p.release(c, reusable)
 	return errs
+}
+
+// checkHeaderFrames fails the messages whose content header frame would be
+// larger than frameSize, and returns the rest of todo.
+func checkHeaderFrames(msgs []Message, todo []int, errs []error, frameSize int) []int {
+	kept := todo[:0]
+	for _, i := range todo {
+		pub := msgs[i].publishing()
+		if err := checkHeaderFrame(&pub, frameSize); err != nil {
+			errs[i] = err
+			continue
+		}
+		kept = append(kept, i)
+	}
+	return kept
 }
 
 func fail(errs []error, idx []int, err error) {
@@ -168,15 +190,7 @@ func (p *Publisher) send(ctx context.Context, c *channel, wire *coalescingConn, 
 	})
 	for k, i := range todo {
 		m := &msgs[i]
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchanges[i], m.RoutingKey, true, false, amqp.Publishing{
-			Headers:      m.Headers,
-			ContentType:  "application/json",
-			DeliveryMode: amqp.Persistent,
-			MessageId:    m.MessageID,
-			Timestamp:    m.Timestamp,
-			Type:         m.Type,
-			Body:         m.Body,
-		})
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchanges[i], m.RoutingKey, true, false, m.publishing())
 		if err != nil {
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
