@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // Workloads, the values of Config.Only, in the order Run runs them.
@@ -294,11 +296,6 @@ func joinShapes(shapes []Shape) string {
 	return strings.Join(s, ",")
 }
 
-// redactURL hides a URL's password, for logs and errors.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+// redactURL hides a URL's password, for logs and errors: redact.URL,
+// under the name the rest of this package calls it by.
+func redactURL(raw string) string { return redact.URL(raw) }

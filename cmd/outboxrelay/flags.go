@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/outboxrelay/outboxrelay/claim"
 	"github.com/outboxrelay/outboxrelay/migrations"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // DatabaseFlags reach PostgreSQL.
@@ -47,14 +46,9 @@ func (f LogFlags) logger(w io.Writer) *slog.Logger {
 	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
 }
 
-// redactURL hides the password of a URL for logs and errors.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+// redactURL hides the password of a URL for logs and errors: redact.URL,
+// under the name the other files of this command call it by.
+func redactURL(raw string) string { return redact.URL(raw) }
 
 // poolConfig parses DATABASE_URL for the relay's pool, with its own
 // application name, the settings the claim store needs
@@ -64,7 +58,7 @@ func redactURL(raw string) string {
 func (f DatabaseFlags) poolConfig(store claim.Config, workers int) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(f.DatabaseURL)
 	if err != nil {
-		return nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
+		return nil, usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
 	}
 	if !strings.Contains(f.DatabaseURL, "pool_max_conns") {
 		cfg.MaxConns = int32(max(workers+2, 4))
@@ -84,7 +78,7 @@ func (f DatabaseFlags) connect(ctx context.Context, store claim.Config, workers 
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, usagef("PostgreSQL at %s: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+		return nil, usagef("PostgreSQL at %s: %v", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL))
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -94,7 +88,7 @@ func (f DatabaseFlags) connect(ctx context.Context, store claim.Config, workers 
 		if strings.Contains(err.Error(), "unsupported startup parameter") {
 			hint = pgbouncerHint
 		}
-		return nil, usagef("PostgreSQL at %s unreachable: %v%s", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL), hint)
+		return nil, usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
 	}
 	return pool, nil
 }
@@ -110,35 +104,27 @@ const pgbouncerHint = "; this looks like PgBouncer: through a transaction-mode p
 func sessionConn(ctx context.Context, rawURL, flag string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
-		return nil, usagef("%s: %v", flag, scrub(err, rawURL))
+		return nil, usagef("%s: %v", flag, redact.Error(err, rawURL))
 	}
 	cfg.RuntimeParams["application_name"] = "outboxrelay-migrate"
 	connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(connCtx, cfg)
 	if err != nil {
-		return nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(rawURL), scrub(err, rawURL))
+		return nil, usagef("PostgreSQL at %s unreachable: %v", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	if err := migrations.RequireSession(connCtx, conn); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		if errors.Is(err, migrations.ErrTransactionPooled) {
 			return nil, usagef("%s %s: %v; run `outboxrelay migrate` with a direct DATABASE_URL, "+
-				"or give `run` a direct --listener-url, which it migrates through", flag, redactURL(rawURL), err)
+				"or give `run` a direct --listener-url, which it migrates through", flag, redact.URL(rawURL), err)
 		}
-		return nil, usagef("PostgreSQL at %s: %v", redactURL(rawURL), scrub(err, rawURL))
+		return nil, usagef("PostgreSQL at %s: %v", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	return conn, nil
 }
 
 // scrub removes a URL's password from an error text, whatever the library
-// put in it.
-func scrub(err error, rawURL string) error {
-	msg := err.Error()
-	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-			msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
-		}
-	}
-	return fmt.Errorf("%s", msg)
-}
+// put in it: redact.Error, under the name the other files of this command
+// call it by.
+func scrub(err error, rawURL string) error { return redact.Error(err, rawURL) }
