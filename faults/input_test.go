@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,12 +22,24 @@ type oddRow struct {
 	payload, headers       string
 	exchange, routingKey   *string
 	delivered              bool // else dead-lettered
+	// invalid: dead-lettered on its first attempt, as a message that can
+	// never be published, with this in its last error.
+	invalid string
 }
 
 // oddRows are the rows of scenario 8; aggregate ids tell them apart.
 func oddRows(t *testing.T) []oddRow {
 	str := func(s string) *string { return &s }
 	big, err := json.Marshal(map[string]string{"blob": strings.Repeat("x", 5<<20)})
+	require.NoError(t, err)
+	// 2,000 keys of 100 bytes: 221 kB of AMQP headers, more than one frame
+	// (RabbitMQ's frame_max, 128 KiB), which RabbitMQ answered by closing
+	// the connection under every batch in flight.
+	wide := make(map[string]string, 2000)
+	for i := range 2000 {
+		wide[fmt.Sprintf("%0100d", i)] = "v"
+	}
+	wideHeaders, err := json.Marshal(wide)
 	require.NoError(t, err)
 	return []oddRow{
 		{name: "routing key over 255 bytes", eventType: "odd", aggregateID: "1", payload: `{}`, routingKey: str(strings.Repeat("k", 256))},
@@ -39,6 +52,8 @@ func oddRows(t *testing.T) []oddRow {
 		{name: "non-ASCII everywhere", eventType: "créé-✓", aggregateID: "Ωμέγα-名前", payload: `{"text": "ünïcødé ✓ 名前 🚀"}`, delivered: true,
 			headers: `{"clé": "valeur ✓", "名前": "🚀"}`},
 		{name: "empty event type and aggregate id", eventType: "", aggregateID: "", payload: `{}`, delivered: true},
+		{name: "headers larger than a frame", eventType: "odd", aggregateID: "9", payload: `{}`, headers: string(wideHeaders),
+			invalid: "more than the connection's frame size"},
 	}
 }
 
@@ -104,9 +119,12 @@ func checkOdd(t *testing.T, w *world, rows []oddRow) {
 		return testkit.QueryInt(t, w.pool, `SELECT count(*) FROM outbox WHERE aggregate_type = 'odd' AND status = 'pending'`) == 0
 	})
 	for _, r := range rows {
-		var status, lastError string
+		var (
+			status, lastError string
+			attempts          int
+		)
 		require.NoError(t, w.pool.QueryRow(context.Background(),
-			`SELECT status, coalesce(last_error, '') FROM outbox WHERE aggregate_type = 'odd' AND aggregate_id = $1`, r.aggregateID).Scan(&status, &lastError))
+			`SELECT status, coalesce(last_error, ''), attempts FROM outbox WHERE aggregate_type = 'odd' AND aggregate_id = $1`, r.aggregateID).Scan(&status, &lastError, &attempts))
 		want := "failed"
 		if r.delivered {
 			want = "published"
@@ -114,6 +132,10 @@ func checkOdd(t *testing.T, w *world, rows []oddRow) {
 			require.NotEmpty(t, lastError, "%s: dead-lettered without a reason", r.name)
 		}
 		require.Equal(t, want, status, "%s: %s", r.name, lastError)
+		if r.invalid != "" {
+			require.Contains(t, lastError, r.invalid, "%s: dead-lettered for another reason", r.name)
+			require.Equal(t, 1, attempts, "%s: not dead-lettered at once: %s", r.name, lastError)
+		}
 	}
 	for _, typ := range []string{"big", "null", "headers", "créé-✓", ""} {
 		w.count.waitDistinct(t, typ, 1, time.Minute)
