@@ -84,7 +84,7 @@ func (p *Publisher) declareOnScratch(conn *amqp.Connection, gen uint64, name str
 		return nil
 	}
 	if scratchOf > gen {
-		return fmt.Errorf("publish: check exchange %q: %w", name, ErrNotConnected)
+		return fmt.Errorf("%w: check exchange %q: the connection was replaced", ErrNotConnected, name)
 	}
 	if scratch == nil || scratchOf != gen || scratch.IsClosed() {
 		ch, err := conn.Channel()
@@ -95,7 +95,7 @@ func (p *Publisher) declareOnScratch(conn *amqp.Connection, gen uint64, name str
 		if p.scratchOf > gen {
 			// Reconnected meanwhile; ch belongs to the dead connection.
 			p.mu.Unlock()
-			return fmt.Errorf("publish: check exchange %q: %w", name, ErrNotConnected)
+			return fmt.Errorf("%w: check exchange %q: the connection was replaced", ErrNotConnected, name)
 		}
 		scratch, p.scratch, p.scratchOf = ch, ch, gen
 		p.mu.Unlock()
@@ -111,16 +111,22 @@ func (p *Publisher) declareOnScratch(conn *amqp.Connection, gen uint64, name str
 	if err != nil {
 		// A failed declaration closed the scratch channel; the next check
 		// opens another.
-		var aerr *amqp.Error
-		if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
-			return fmt.Errorf("%w: %q", ErrExchangeNotFound, name)
-		}
-		return fmt.Errorf("publish: check exchange %q: %w", name, err)
+		return checkError(name, err)
 	}
 	p.mu.Lock()
 	p.known[name] = true
 	p.mu.Unlock()
 	return nil
+}
+
+// checkError is the error of a failed check of exchange name:
+// ErrExchangeNotFound if the broker says it does not exist (404).
+func checkError(name string, err error) error {
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		return fmt.Errorf("%w: %q", ErrExchangeNotFound, name)
+	}
+	return fmt.Errorf("publish: check exchange %q: %w", name, err)
 }
 
 // forget drops exchanges from the cache of known ones, so the next batch

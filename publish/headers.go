@@ -17,7 +17,9 @@ import (
 // Strings, booleans and null map to themselves; numbers become int64 when
 // they are integral and fit, float64 otherwise; nested objects become
 // amqp.Table and arrays []any, recursively. Anything that is not a JSON
-// object, or is not valid JSON, gives an error wrapping ErrInvalid.
+// object, or is not valid JSON, gives an error wrapping ErrInvalid. The
+// error names the key and element where the problem is, not the headers
+// themselves: the caller says what it converted ("event 7 headers: …").
 func HeadersFromJSON(raw []byte) (amqp.Table, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
@@ -26,10 +28,10 @@ func HeadersFromJSON(raw []byte) (amqp.Table, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: headers: %w", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: JSON: %w", ErrInvalid, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: headers: data after the JSON value", ErrInvalid)
+		return nil, fmt.Errorf("%w: JSON: data after the value", ErrInvalid)
 	}
 	switch obj := v.(type) {
 	case nil:
@@ -37,11 +39,11 @@ func HeadersFromJSON(raw []byte) (amqp.Table, error) {
 	case map[string]any:
 		t, err := jsonTable(obj)
 		if err != nil {
-			return nil, fmt.Errorf("%w: headers: %w", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		return t, nil
 	default:
-		return nil, fmt.Errorf("%w: headers must be a JSON object, not %s", ErrInvalid, jsonKind(v))
+		return nil, fmt.Errorf("%w: %s, not a JSON object", ErrInvalid, jsonKind(v))
 	}
 }
 
@@ -53,7 +55,7 @@ func jsonTable(obj map[string]any) (amqp.Table, error) {
 		}
 		f, err := jsonField(v)
 		if err != nil {
-			return nil, fmt.Errorf("field %q: %w", k, err)
+			return nil, fmt.Errorf("key %q: %w", k, err)
 		}
 		t[k] = f
 	}

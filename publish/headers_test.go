@@ -55,3 +55,20 @@ func TestHeadersFromJSON(t *testing.T) {
 		})
 	}
 }
+
+// Each layer names itself once: the relay wraps these as "event 7 headers:
+// …", so they name the key and element, never the headers again.
+func TestHeadersFromJSONErrorText(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		`[1, 2]`:                      `publish: invalid message: an array, not a JSON object`,
+		`{"a":`:                       `publish: invalid message: JSON: unexpected EOF`,
+		`{"a":1} {"b":2}`:             `publish: invalid message: JSON: data after the value`,
+		`{"o":{"a":[1,{"n":1e400}]}}`: `publish: invalid message: key "o": key "a": element 1: key "n": number 1e400: strconv.ParseFloat: parsing "1e400": value out of range`,
+		`{"o":{"` + strings.Repeat("k", 256) + `":1}}`: `publish: invalid message: key "o": key "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"… is 256 bytes, more than 255`,
+	} {
+		_, err := HeadersFromJSON([]byte(raw))
+		require.ErrorIs(t, err, ErrInvalid)
+		require.EqualError(t, err, want)
+	}
+}

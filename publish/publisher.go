@@ -164,18 +164,16 @@ func (p *Publisher) setup(conn *amqp.Connection) (*amqp.Channel, error) {
 	}
 	if !p.cfg.SkipDeclare {
 		if err := p.declare(scratch); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("declare exchange %q: %w", p.cfg.Exchange, err)
 		}
 	}
 	return scratch, nil
 }
 
-// declare declares the default exchange: durable topic.
+// declare declares the default exchange: durable topic. The error is
+// amqp091's: each caller says what it was doing.
 func (p *Publisher) declare(ch *amqp.Channel) error {
-	if err := ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", p.cfg.Exchange, err)
-	}
-	return nil
+	return ch.ExchangeDeclare(p.cfg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil)
 }
 
 // State reports whether the publisher has a connection to the broker now,

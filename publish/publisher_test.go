@@ -286,6 +286,10 @@ func TestPublishInvalid(t *testing.T) {
 		require.ErrorIs(t, errs[i], ErrInvalid, "message %d", i)
 	}
 	require.NoError(t, errs[7])
+	// Each layer names itself once.
+	require.EqualError(t, errs[1], "publish: invalid message: body is 1025 bytes, more than MaxMessageSize 1024")
+	require.EqualError(t, errs[3], `publish: invalid message: headers: key "bad": uint64 not supported`)
+	require.EqualError(t, errs[4], `publish: invalid message: headers: key "nested": key "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"… is 256 bytes, more than 255`)
 	receive(t, q, []Message{msgs[0], msgs[7]})
 
 	// Nothing invalid reached the wire: the connection is intact.
