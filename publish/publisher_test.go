@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -711,13 +712,53 @@ func TestClose(t *testing.T) {
 	require.ErrorIs(t, p.Publish(ctx, batch(1, "k"))[0], ErrClosed)
 }
 
-func TestErrorsAreDistinct(t *testing.T) {
+// Every failure the package produces wraps exactly one of the error kinds,
+// its own, and is labelled as its kind: two kinds that were one, a failure
+// wrapping the wrong kind or two kinds, or a kind misclassified as another
+// (transient for permanent, say) fails here.
+func TestErrorKinds(t *testing.T) {
 	t.Parallel()
-	all := []error{ErrInvalid, ErrReturned, ErrNacked, ErrExchangeNotFound, ErrNotConnected, ErrClosed}
-	for i, a := range all {
-		for j, b := range all {
-			require.Equal(t, i == j, errors.Is(a, b))
+	kinds := []error{ErrInvalid, ErrReturned, ErrNacked, ErrExchangeNotFound, ErrNotConnected, ErrClosed}
+	texts := make(map[string]bool)
+	for _, k := range kinds {
+		require.True(t, strings.HasPrefix(k.Error(), "publish: "), k.Error())
+		require.False(t, texts[k.Error()], "two kinds read %q", k.Error())
+		texts[k.Error()] = true
+	}
+
+	returned := make([]error, 1)
+	(&Publisher{log: slog.New(slog.DiscardHandler)}).matchReturns(
+		[]amqp.Return{{MessageId: "id", Exchange: "e", RoutingKey: "k", ReplyCode: amqp.NoRoute, ReplyText: "NO_ROUTE"}},
+		[]pending{{i: 0}}, []string{"e"}, []Message{{MessageID: "id", RoutingKey: "k"}}, returned)
+	big := (&Message{Headers: bigHeaders()}).publishing()
+	current := func(p *Publisher) error {
+		_, _, _, err := p.current()
+		return err
+	}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		kind  error // nil: transient, none of the kinds
+		label string
+	}{
+		{"body too large", (&Message{Body: []byte("{}")}).validate("e", 1), ErrInvalid, "invalid"},
+		{"header value", (&Message{Headers: amqp.Table{"u": uint64(1)}}).validate("e", 1), ErrInvalid, "invalid"},
+		{"headers over a frame", checkHeaderFrame(&big, 131072), ErrInvalid, "invalid"},
+		{"headers not an object", func() error { _, err := HeadersFromJSON([]byte("[]")); return err }(), ErrInvalid, "invalid"},
+		{"returned", returned[0], ErrReturned, "returned"},
+		{"nacked", ErrNacked, ErrNacked, "nacked"},
+		{"exchange missing", checkError("x", &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}), ErrExchangeNotFound, "exchange_not_found"},
+		{"exchange check refused", checkError("x", &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED"}), nil, "_OTHER"},
+		{"disconnected", current(&Publisher{}), ErrNotConnected, "connection"},
+		{"blocked", current(&Publisher{conn: new(amqp.Connection), isBlock: true, blocked: "low on memory"}), ErrNotConnected, "connection"},
+		{"closed", current(&Publisher{closed: true}), ErrClosed, "connection"},
+	} {
+		require.Error(t, tc.err, tc.name)
+		for _, k := range kinds {
+			require.Equal(t, k == tc.kind, errors.Is(tc.err, k), "%s: %v is %v", tc.name, tc.err, k)
 		}
+		require.Equal(t, tc.label, errorType(tc.err), "%s: %v", tc.name, tc.err)
+		require.Equal(t, 1, strings.Count(tc.err.Error(), "publish:"), "%s: %v", tc.name, tc.err)
 	}
 }
 
