@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // Workloads, the values of Config.Only, in the order Run runs them.
@@ -295,7 +293,3 @@ func joinShapes(shapes []Shape) string {
 	}
 	return strings.Join(s, ",")
 }
-
-// redactURL hides a URL's password, for logs and errors: redact.URL,
-// under the name the rest of this package calls it by.
-func redactURL(raw string) string { return redact.URL(raw) }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outboxrelay/outboxrelay/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -195,7 +196,7 @@ func dialAMQP(amqpURL, name string) (*amqp.Connection, error) {
 		Properties: props,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dial RabbitMQ at %s: %w", redactURL(amqpURL), err)
+		return nil, fmt.Errorf("dial RabbitMQ at %s: %w", redact.URL(amqpURL), err)
 	}
 	return conn, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/migrations"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // queryTimeout bounds each statement the benchmark runs itself (a drain's
@@ -38,7 +39,7 @@ func openDatabase(ctx context.Context, rawURL, schema string) (*database, error)
 	d := &database{base: u, schema: schema, table: pgx.Identifier{schema, "outbox"}.Sanitize()}
 	cfg, err := pgxpool.ParseConfig(d.url("outboxrelay-bench"))
 	if err != nil {
-		return nil, fmt.Errorf("database URL %s: %w", redactURL(rawURL), err)
+		return nil, fmt.Errorf("database URL %s: %w", redact.URL(rawURL), err)
 	}
 	cfg.MaxConns = 4
 	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -51,7 +52,7 @@ func openDatabase(ctx context.Context, rawURL, schema string) (*database, error)
 		if pool != nil {
 			pool.Close()
 		}
-		return nil, fmt.Errorf("PostgreSQL at %s: %w", redactURL(rawURL), err)
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", redact.URL(rawURL), err)
 	}
 	d.pool = pool
 	if err := d.lockSchema(connectCtx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // Machine describes where the benchmark ran.
@@ -44,7 +45,7 @@ func Probe(ctx context.Context, cfg Config) (Machine, error) {
 	defer cancel()
 	db, err := pgx.Connect(connectCtx, cfg.DatabaseURL)
 	if err != nil {
-		return m, fmt.Errorf("probe: PostgreSQL at %s: %w", redactURL(cfg.DatabaseURL), err)
+		return m, fmt.Errorf("probe: PostgreSQL at %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 	if err := db.QueryRow(connectCtx, "SHOW server_version").Scan(&m.PostgreSQL); err != nil {

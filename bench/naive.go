@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/outboxrelay/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -69,7 +70,7 @@ func RunNaive(ctx context.Context, cfg NaiveConfig) error {
 	cfg = cfg.withDefaults()
 	pgCfg, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("naive: database URL %s: %w", redactURL(cfg.DatabaseURL), err)
+		return fmt.Errorf("naive: database URL %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
 	if _, ok := pgCfg.RuntimeParams["application_name"]; !ok {
 		pgCfg.RuntimeParams["application_name"] = "outboxrelay-naive"

@@ -13,8 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-
-	redaction "github.com/outboxrelay/outboxrelay/redact" // renamed: this package's own redact would clash
 )
 
 // maxShortString is the AMQP limit on exchange names, routing keys, message
@@ -135,7 +133,3 @@ func validateURL(raw string) error {
 	}
 	return nil
 }
-
-// redact returns the URL with its password replaced, for logs and errors:
-// redact.URL, under the name the rest of this package calls it by.
-func redact(raw string) string { return redaction.URL(raw) }

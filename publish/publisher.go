@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/outboxrelay/outboxrelay/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -67,7 +68,7 @@ func Dial(ctx context.Context, cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "publish"),
-		redacted: redact(cfg.URL),
+		redacted: redact.URL(cfg.URL),
 		changed:  make(chan struct{}),
 		known:    make(map[string]bool),
 		runDone:  make(chan struct{}),

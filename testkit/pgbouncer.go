@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // pgbouncerBinary is where Debian's pgbouncer package installs PgBouncer;
@@ -42,11 +43,11 @@ func NewPgBouncer(t testing.TB, databaseURL string) string {
 	t.Helper()
 	u, err := url.Parse(databaseURL)
 	if err != nil {
-		t.Fatalf("testkit: parse %s: %v", redact(databaseURL), err)
+		t.Fatalf("testkit: parse %s: %v", redact.URL(databaseURL), err)
 	}
 	database := strings.TrimPrefix(u.Path, "/")
 	if database == "" {
-		t.Fatalf("testkit: %s names no database", redact(databaseURL))
+		t.Fatalf("testkit: %s names no database", redact.URL(databaseURL))
 	}
 	user := cmp.Or(u.User.Username(), "postgres")
 	password, _ := u.User.Password()

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	redaction "github.com/outboxrelay/outboxrelay/redact" // renamed: this package's own redact would clash
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // DefaultPostgresURL is the admin database the suite creates its databases from.
@@ -45,7 +45,7 @@ func NewDatabase(t testing.TB) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		t.Fatalf("testkit: connect to %s: %v", redact(admin), err)
+		t.Fatalf("testkit: connect to %s: %v", redact.URL(admin), err)
 	}
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
@@ -66,7 +66,7 @@ func NewDatabase(t testing.TB) string {
 	})
 	u, err := url.Parse(admin)
 	if err != nil {
-		t.Fatalf("testkit: parse %s: %v", redact(admin), err)
+		t.Fatalf("testkit: parse %s: %v", redact.URL(admin), err)
 	}
 	u.Path = "/" + name
 	return u.String()
@@ -106,7 +106,3 @@ func QueryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64 {
 	}
 	return n
 }
-
-// redact returns the URL with its password replaced, for test failures:
-// redact.URL, under the name the rest of this package calls it by.
-func redact(raw string) string { return redaction.URL(raw) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // PostgresTLS returns what a client needs to verify the test server's TLS
@@ -62,7 +63,7 @@ func WithTLS(t testing.TB, databaseURL, rootCertFile, host string) string {
 	t.Helper()
 	u, err := url.Parse(databaseURL)
 	if err != nil {
-		t.Fatalf("testkit: parse %s: %v", redact(databaseURL), err)
+		t.Fatalf("testkit: parse %s: %v", redact.URL(databaseURL), err)
 	}
 	u.Host = host + ":" + u.Port()
 	q := u.Query()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outboxrelay/admin"
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // AdminFlags are what the admin subcommands that reach the database share
@@ -55,7 +56,7 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	cc.QueryTimeout = f.QueryTimeout
 	cfg, err := pgx.ParseConfig(f.DatabaseURL)
 	if err != nil {
-		return nil, nil, usagef("--database-url / DATABASE_URL: %v", scrub(err, f.DatabaseURL))
+		return nil, nil, usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
 	}
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "outboxrelay-admin"
@@ -68,7 +69,7 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(connCtx, cfg)
 	if err != nil {
-		return nil, nil, usagef("PostgreSQL at %s unreachable: %v", redactURL(f.DatabaseURL), scrub(err, f.DatabaseURL))
+		return nil, nil, usagef("PostgreSQL at %s unreachable: %v", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL))
 	}
 	closeConn := func() { conn.Close(context.WithoutCancel(ctx)) }
 	timeout := map[string]string{"statement_timeout": strconv.FormatInt(f.QueryTimeout.Milliseconds(), 10)}

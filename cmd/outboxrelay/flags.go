@@ -46,10 +46,6 @@ func (f LogFlags) logger(w io.Writer) *slog.Logger {
 	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
 }
 
-// redactURL hides the password of a URL for logs and errors: redact.URL,
-// under the name the other files of this command call it by.
-func redactURL(raw string) string { return redact.URL(raw) }
-
 // poolConfig parses DATABASE_URL for the relay's pool, with its own
 // application name, the settings the claim store needs
 // (claim.Config.ConfigurePool) and, unless pool_max_conns is given, a
@@ -123,8 +119,3 @@ func sessionConn(ctx context.Context, rawURL, flag string) (*pgx.Conn, error) {
 	}
 	return conn, nil
 }
-
-// scrub removes a URL's password from an error text, whatever the library
-// put in it: redact.Error, under the name the other files of this command
-// call it by.
-func scrub(err error, rawURL string) error { return redact.Error(err, rawURL) }

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/outboxrelay/outboxrelay/migrations"
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // MigrateCmd applies the schema migrations.
@@ -26,6 +27,6 @@ func (c *MigrateCmd) Run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w", err)
 	}
-	log.Info("schema is up to date", "version", v, "database", redactURL(c.DatabaseURL))
+	log.Info("schema is up to date", "version", v, "database", redact.URL(c.DatabaseURL))
 	return nil
 }

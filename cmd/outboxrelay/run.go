@@ -18,6 +18,7 @@ import (
 	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/publish"
+	"github.com/outboxrelay/outboxrelay/redact"
 	"github.com/outboxrelay/outboxrelay/relay"
 )
 
@@ -223,7 +224,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	if !c.NoListen {
 		url, flag := c.sessionURL()
 		if session, err = pgx.ParseConfig(url); err != nil {
-			return usagef("%s: %v", flag, scrub(err, url))
+			return usagef("%s: %v", flag, redact.Error(err, url))
 		}
 		listener, err = notify.New(notify.Config{
 			ConnConfig: session,
@@ -267,7 +268,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		}
 		return usageError{err}
 	}
-	log.Info("outboxrelay starting", "database", redactURL(c.DatabaseURL), "amqp", redactURL(c.AMQPURL),
+	log.Info("outboxrelay starting", "database", redact.URL(c.DatabaseURL), "amqp", redact.URL(c.AMQPURL),
 		"table", c.Table, "exchange", c.Exchange, "ordering", c.Ordering)
 	switch {
 	case c.NoListen:
@@ -275,7 +276,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			"poll_interval", c.PollInterval)
 	case cc.Pooled:
 		log.Info("--database-url taken for a transaction-mode pool: no session state on it",
-			"listener", redactURL(c.ListenerURL))
+			"listener", redact.URL(c.ListenerURL))
 	}
 	if o != nil {
 		opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
