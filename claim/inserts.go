@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ErrNoInsertSequence is LastInsertID's error when the id column owns no
-// sequence (it is neither an identity nor a serial column): the insert
-// rate can then only be read from the ids claimed.
-var ErrNoInsertSequence = errors.New("the id column owns no sequence")
+// ErrInsertsUnreadable is LastInsertID's error when the insert sequence
+// cannot be read, and will not be on retrying: the id column owns no
+// sequence (it is neither an identity nor a serial column), or the role may
+// not read it. The insert rate can then only be read from the ids claimed.
+var ErrInsertsUnreadable = errors.New("the insert sequence cannot be read")
 
 // LastInsertID returns the last id the table's id sequence handed out. It
 // grows with every insert, committed, rolled back or not yet committed,
@@ -27,10 +30,13 @@ func (s *Store) LastInsertID(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	r, err := s.db.Query(ctx, s.q.lastInsertID, seq)
-	if err != nil {
-		return 0, fmt.Errorf("last insert id: %w", err)
+	var id int64
+	if err == nil {
+		id, err = pgx.CollectExactlyOneRow(r, pgx.RowTo[int64])
 	}
-	id, err := pgx.CollectExactlyOneRow(r, pgx.RowTo[int64])
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+		return 0, fmt.Errorf("last insert id: %w: %v (grant SELECT on %s: sql/outboxrelay_role.sql)", ErrInsertsUnreadable, err, seq)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("last insert id: %w", err)
 	}
@@ -53,7 +59,7 @@ func (s *Store) insertSequence(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("insert sequence: %w", err)
 	}
 	if seq == nil {
-		return "", fmt.Errorf("insert sequence of %s.%s: %w", s.q.table, s.cfg.Columns.ID, ErrNoInsertSequence)
+		return "", fmt.Errorf("insert sequence of %s.%s: %w: the column owns no sequence", s.q.table, s.cfg.Columns.ID, ErrInsertsUnreadable)
 	}
 	s.seq = seq
 	return *seq, nil

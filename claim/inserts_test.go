@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	neturl "net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -42,7 +43,7 @@ func TestLastInsertIDFollowsTheIDSequence(t *testing.T) {
 	require.EqualValues(t, 8, last())
 }
 
-// A table whose id column owns no sequence gives ErrNoInsertSequence, and
+// A table whose id column owns no sequence gives ErrInsertsUnreadable, and
 // the relay reads the rate from the ids it claims.
 func TestLastInsertIDWithoutASequence(t *testing.T) {
 	t.Parallel()
@@ -52,5 +53,27 @@ func TestLastInsertIDWithoutASequence(t *testing.T) {
 	s, err := claim.New(pool, claim.Config{Table: "plain_ids"})
 	require.NoError(t, err)
 	_, err = s.LastInsertID(context.Background())
-	require.ErrorIs(t, err, claim.ErrNoInsertSequence)
+	require.ErrorIs(t, err, claim.ErrInsertsUnreadable)
+}
+
+// A role that may not read the sequence gets ErrInsertsUnreadable, naming
+// the grant, so the relay stops asking.
+func TestLastInsertIDWithoutThePrivilege(t *testing.T) {
+	t.Parallel()
+	url, pool := testkit.NewOutbox(t)
+	role := testkit.UniqueName("no_seq")
+	testkit.Exec(t, pool, `CREATE ROLE `+role+` LOGIN`)
+	t.Cleanup(func() {
+		testkit.Exec(t, pool, `DROP OWNED BY `+role)
+		testkit.Exec(t, pool, `DROP ROLE `+role)
+	})
+	testkit.Exec(t, pool, `GRANT SELECT, UPDATE, DELETE ON outbox TO `+role)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	u.User = neturl.User(role)
+	s, err := claim.New(testkit.NewPool(t, u.String()), claim.Config{})
+	require.NoError(t, err)
+	_, err = s.LastInsertID(context.Background())
+	require.ErrorIs(t, err, claim.ErrInsertsUnreadable)
+	require.ErrorContains(t, err, "grant SELECT")
 }

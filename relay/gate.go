@@ -141,7 +141,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		if r.cfg.Inserts != nil && !insertsOff && (!open || seen != claimed) {
 			id, err := r.lastInsert(ctx)
 			switch {
-			case errors.Is(err, claim.ErrNoInsertSequence):
+			case errors.Is(err, claim.ErrInsertsUnreadable):
 				insertsOff = true
 				r.log.Info("the insert rate comes from claimed ids alone", "err", err)
 			case err == nil:

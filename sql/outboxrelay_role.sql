@@ -57,10 +57,15 @@ BEGIN
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', sch, rol);
     EXECUTE format('GRANT SELECT, UPDATE, DELETE ON %s TO %I', rel, rol);
     -- The id sequence, read (never advanced) for the producers' insert
-    -- rate, which steers the gate.
-    seq := pg_get_serial_sequence(rel::text, idc)::regclass;
-    IF seq IS NOT NULL THEN
-        EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', seq, rol);
+    -- rate, which steers the gate. Without it the relay reads the rate
+    -- from the ids it claims.
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = idc AND attnum > 0 AND NOT attisdropped) THEN
+        seq := pg_get_serial_sequence(rel::text, idc)::regclass;
+        IF seq IS NOT NULL THEN
+            EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', seq, rol);
+        END IF;
+    ELSE
+        RAISE NOTICE 'outboxrelay: %.% has no column %: give its id column as -v id_column=…', sch, tbl, idc;
     END IF;
     seq := to_regclass(format('%I.%I', sch, tbl || '_wakeup'));
     IF seq IS NOT NULL THEN

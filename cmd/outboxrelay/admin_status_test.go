@@ -160,7 +160,7 @@ func TestAdminCommandsAsLeastPrivilegeRole(t *testing.T) {
 	// On a drop-in table as well.
 	d := newDropInTable(t)
 	testkit.Exec(t, d.Pool, `INSERT INTO app_events (entity_type, entity_id, kind, body, state, last_error) VALUES ('user', '1', 'signed_up', '{}', 'DEAD', 'boom')`)
-	env = adminEnv(leastPrivilegeURL(t, d.URL, d.Pool, "-v", "table=app_events"))
+	env = adminEnv(leastPrivilegeURL(t, d.URL, d.Pool, "-v", "table=app_events", "-v", "id_column=seq"))
 	runJSON(t, env, &s, d.args("status")...)
 	require.Equal(t, int64(1), s.Failed)
 	runJSON(t, env, &dead, d.args("dead")...)
