@@ -2,24 +2,22 @@ package notify
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
+
+	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // Listener LISTENs on its own connection and turns notifications into
@@ -206,30 +204,15 @@ func (l *Listener) dial(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// handlePong records a heartbeat that came back on the listening connection.
-func (l *Listener) handlePong(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
-	seq, err := strconv.ParseUint(n.Payload, 10, 64)
-	if err != nil {
-		return nil // not a heartbeat of ours; nothing to do
-	}
-	if seq > l.pongSeq.Load() { // only this goroutine stores
-		l.pongSeq.Store(seq)
-	}
-	select {
-	case l.pong <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
 // errAttr is the "err" log attribute for err, with the connection's
 // password masked should any error ever quote it.
 func (l *Listener) errAttr(err error) slog.Attr {
 	pw := l.connConfig.Password
-	if pw == "" || !strings.Contains(err.Error(), pw) {
+	if pw == "" {
 		return slog.Any("err", err)
 	}
-	return slog.String("err", strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+	conn := url.URL{Scheme: "postgres", User: url.UserPassword(l.connConfig.User, pw), Host: l.connConfig.Host}
+	return slog.Any("err", redact.Error(err, conn.String()))
 }
 
 // session is one run of pgxlisten.Listener.Listen, under a context the
@@ -329,65 +312,6 @@ func (s *session) logError(ctx context.Context, err error) {
 	}
 }
 
-// watchdog sends a heartbeat every PingInterval while connected and
-// abandons the session when one does not come back.
-func (s *session) watchdog(ctx context.Context) {
-	t := time.NewTimer(s.l.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if gen, ok := s.current(); ok && !s.ping(ctx, gen) {
-			s.abandon()
-			return
-		}
-		t.Reset(s.l.cfg.PingInterval)
-	}
-}
-
-// ping sends one heartbeat through the Pinger and waits for it on the
-// listening connection. It returns false only when connection gen is
-// still the current one and the heartbeat did not come back in time.
-func (s *session) ping(ctx context.Context, gen uint64) bool {
-	l := s.l
-	seq := l.pingSeq.Add(1)
-
-	sendCtx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
-	_, err := l.cfg.Pinger.Exec(sendCtx, "SELECT pg_notify($1, $2)", l.pingChannel, strconv.FormatUint(seq, 10))
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			// Says nothing about the listening connection: try again later.
-			l.log.Warn("listener heartbeat not sent", l.errAttr(fmt.Errorf("notify: ping: %w", err)))
-		}
-		return true
-	}
-
-	// The notification is committed now; give the listening connection
-	// PingTimeout to deliver it, whatever the Pinger took.
-	start := time.Now()
-	deadline := time.NewTimer(l.cfg.PingTimeout)
-	defer deadline.Stop()
-	for l.pongSeq.Load() < seq {
-		select {
-		case <-l.pong:
-		case <-ctx.Done():
-			return true
-		case <-deadline.C:
-			if g, ok := s.current(); !ok || g != gen {
-				return true // that connection is gone already
-			}
-			l.log.Warn("listener heartbeat timed out, reconnecting", "timeout", l.cfg.PingTimeout)
-			return false
-		}
-	}
-	l.log.Debug("listener heartbeat", "rtt", time.Since(start))
-	return true
-}
-
 // channelHandler handles Channel: it wakes on every notification and, as a
 // pgxlisten.BacklogHandler, after every successful LISTEN, the moment rows
 // inserted while disconnected must be claimed.
@@ -416,18 +340,4 @@ func (h channelHandler) HandleBacklog(_ context.Context, channel string, conn *p
 		l.onListening(pid)
 	}
 	return nil
-}
-
-// pingChannel returns a private channel name for the heartbeat: channel,
-// shortened if need be, plus "_ping_" and 16 random hex digits, at most
-// 63 bytes.
-func pingChannel(channel string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails
-	suffix := "_ping_" + hex.EncodeToString(b[:])
-	for len(channel)+len(suffix) > maxChannelBytes {
-		_, size := utf8.DecodeLastRuneInString(channel)
-		channel = channel[:len(channel)-size]
-	}
-	return channel + suffix
 }
