@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/outboxrelay/outboxrelay/migrations"
@@ -25,7 +24,7 @@ func (c *MigrateCmd) Run(ctx context.Context, stderr io.Writer) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	v, err := migrations.Migrate(ctx, conn, log)
 	if err != nil {
-		return fmt.Errorf("%w", err)
+		return err
 	}
 	log.Info("schema is up to date", "version", v, "database", redact.URL(c.DatabaseURL))
 	return nil
