@@ -140,7 +140,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err == nil || partsCtx.Err() != nil {
 			return
 		}
-		errOnce.Do(func() { firstErr = fmt.Errorf("%s: %w", part, err) })
+		errOnce.Do(func() { firstErr = fmt.Errorf("%s stopped: %w", part, err) })
 		stopWork()
 	}
 	parts.Go(func() { fail("publisher", r.pub.Run(partsCtx)) })
