@@ -71,6 +71,9 @@ type Config struct {
 	// Logger receives the publisher's logs, with component=publish. Default:
 	// discarded.
 	Logger *slog.Logger
+	// Clock makes the timer of a batch's deadline (ConfirmTimeout).
+	// Default: the system clock.
+	Clock Clock
 }
 
 func (c Config) withDefaults() Config {
@@ -84,6 +87,9 @@ func (c Config) withDefaults() Config {
 	c.ReconnectMax = cmp.Or(c.ReconnectMax, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
 	}
 	return c
 }

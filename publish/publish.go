@@ -126,8 +126,9 @@ func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Conte
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		timer := time.NewTimer(p.cfg.ConfirmTimeout)
-		defer timer.Stop()
+		expire := func() { cancel(p.timeout) }
+		stop := p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, expire)
+		defer func() { stop() }()
 		wasBlocked := false
 		for {
 			p.mu.Lock()
@@ -136,18 +137,15 @@ func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Conte
 			p.mu.Unlock()
 			switch {
 			case blocked && !wasBlocked:
-				timer.Stop()
+				stop()
 			case !blocked && wasBlocked:
-				timer.Reset(p.cfg.ConfirmTimeout)
+				stop = p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, expire)
 			}
 			wasBlocked = blocked
 			select {
 			case <-ctx.Done():
 				return
 			case <-changed:
-			case <-timer.C:
-				cancel(p.timeout)
-				return
 			}
 		}
 	}()

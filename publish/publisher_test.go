@@ -769,7 +769,8 @@ func TestErrorKinds(t *testing.T) {
 // stopped reading its socket does (proxy.Hold).
 func TestBlockedConnectionHoldsItsBatch(t *testing.T) {
 	t.Parallel()
-	p, proxy := proxied(t, Config{ConfirmTimeout: 200 * time.Millisecond})
+	clock := testkit.NewClock()
+	p, proxy := proxied(t, Config{ConfirmTimeout: 200 * time.Millisecond, Clock: clock})
 	sent := make(chan struct{}, 1)
 	var block atomic.Bool
 	p.afterSend = func() {
@@ -786,11 +787,14 @@ func TestBlockedConnectionHoldsItsBatch(t *testing.T) {
 	proxy.Hold()
 	msgs := batch(100, "k")
 	result := publishSent(t, p, msgs, sent)
-	// Ten confirm timeouts pass while blocked; nothing may fail.
+	// The batch's deadline stops while the connection is blocked: ten
+	// confirm timeouts pass and no timer fires, so nothing may fail.
+	testkit.WaitFor(t, 10*time.Second, "the batch's deadline to stop", func() bool { return len(clock.Pending()) == 0 })
+	require.Zero(t, clock.Advance(10*p.cfg.ConfirmTimeout), "a deadline ran while the connection was blocked")
 	select {
 	case errs := <-result:
 		t.Fatalf("Publish returned while the connection was blocked: %v", errs[0])
-	case <-time.After(10 * p.cfg.ConfirmTimeout):
+	default:
 	}
 	require.True(t, p.connected(), "the blocked connection was torn down")
 
