@@ -43,6 +43,26 @@ func (s *Store) LastInsertID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// NotifyWaiters returns how many transactions wait, at this moment, to
+// commit behind the lock every commit that sent NOTIFY takes: PostgreSQL
+// serializes those commits, each holding the lock through its WAL flush,
+// so waiters mean producers that notify are held back by it. The lock is
+// one for the whole server, so producers notifying on other tables count
+// as well. Any role may read it.
+func (s *Store) NotifyWaiters(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	r, err := s.db.Query(ctx, s.q.notifyWaiters)
+	var n int
+	if err == nil {
+		n, err = pgx.CollectExactlyOneRow(r, pgx.RowTo[int])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("notify waiters: %w", err)
+	}
+	return n, nil
+}
+
 // insertSequence looks the id column's sequence up once.
 func (s *Store) insertSequence(ctx context.Context) (string, error) {
 	s.seqMu.Lock()

@@ -3,7 +3,9 @@ package claim_test
 import (
 	"context"
 	neturl "net/url"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +78,42 @@ func TestLastInsertIDWithoutThePrivilege(t *testing.T) {
 	_, err = s.LastInsertID(context.Background())
 	require.ErrorIs(t, err, claim.ErrInsertsUnreadable)
 	require.ErrorContains(t, err, "grant SELECT")
+}
+
+// NotifyWaiters sees transactions queued behind PostgreSQL's NOTIFY lock:
+// sixteen connections committing a NOTIFY each, as fast as they can, queue
+// one behind another on it; a plain insert never takes it. The lock is the
+// server's, so other tests' notifications may add to the count but not
+// take from it.
+func TestNotifyWaitersCountsCommitsQueuedOnTheNotifyLock(t *testing.T) {
+	t.Parallel()
+	url, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("pool_max_conns", "16")
+	u.RawQuery = q.Encode()
+	notifiers := testkit.NewPool(t, u.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	var producers sync.WaitGroup
+	t.Cleanup(func() { cancel(); producers.Wait() })
+	channel := testkit.UniqueName("contended")
+	for range 16 {
+		producers.Go(func() {
+			for ctx.Err() == nil {
+				_, _ = notifiers.Exec(ctx, `SELECT pg_notify($1, '')`, channel)
+			}
+		})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n, err := s.NotifyWaiters(ctx)
+		require.NoError(t, err)
+		if n > 0 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no waiter on the NOTIFY lock seen in 20s while 16 connections committed NOTIFYs")
+	}
 }

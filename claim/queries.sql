@@ -121,3 +121,13 @@ SELECT pg_get_serial_sequence($1, $2);
 -- every insert, committed or not, and is read outside MVCC, so it measures
 -- the producers whatever the relay has claimed. 0 before the first.
 SELECT coalesce(pg_sequence_last_value($1::regclass), 0);
+
+-- name: notify_waiters
+-- How many transactions wait to commit behind the lock PostgreSQL takes on
+-- every commit that sent NOTIFY (async.c, PreCommit_Notify: an exclusive
+-- lock on the shared object pg_database/0, held through the commit's WAL
+-- flush). Waiters mean notifying producers are queued one behind another:
+-- the cost the gate exists to lift. pg_locks is readable by every role.
+SELECT count(*)::int FROM pg_locks
+ WHERE locktype = 'object' AND database = 0
+   AND classid = 'pg_database'::regclass AND objid = 0 AND NOT granted;

@@ -118,7 +118,7 @@ type queries struct {
 	table                                                                string
 	claim, markPublished, retry, extend, release, deletePublished, check string
 	checkOrdering, checkTrigger, sample                                  string
-	insertSequence, lastInsertID                                         string
+	insertSequence, lastInsertID, notifyWaiters                          string
 }
 
 // New validates cfg and renders the store's statements for its table.
@@ -198,6 +198,7 @@ func render(cfg Config) (queries, error) {
 		sample:          named["sample"],
 		insertSequence:  named["insert_sequence"],
 		lastInsertID:    named["last_insert_id"],
+		notifyWaiters:   named["notify_waiters"],
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]

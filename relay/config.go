@@ -52,13 +52,21 @@ type Config struct {
 	// waiting for notifications; below half of it, the relay opens the Gate
 	// again. The rate is the growth, over the last 200ms, of the highest id
 	// seen: the ids the relay claims and, with Inserts, the id sequence's
-	// last value. Only used with a Gate. Default 2000.
+	// last value. With Inserts, the relay also closes the Gate below
+	// BusyRate when producers queue on PostgreSQL's NOTIFY lock (see
+	// Inserts), and then opens it below half the rate at which it closed.
+	// Only used with a Gate. Default 2000.
 	BusyRate float64
-	// Inserts, if set, reads how far the producers have inserted
-	// (*claim.Store has it: the id sequence's last value). The relay reads
-	// it every 200ms while the Gate is closed, and while it is open only
-	// when it has claimed something since the last reading, so an idle
-	// relay reads nothing. Without it the rate is read from the ids
+	// Inserts, if set, reads the producers' pace (*claim.Store has it):
+	// how far they have inserted (the id sequence's last value) and how
+	// many of their commits queue on PostgreSQL's NOTIFY lock. The relay
+	// reads the sequence every 50ms while the Gate is closed, and while it
+	// is open only when it has claimed something since the last reading,
+	// so an idle relay reads nothing; it reads the lock's waiters at such
+	// a reading while the Gate is open and the rate is at least 100/s, and
+	// closes the Gate when they average 2 over the last 200ms: notifying
+	// producers are then held back to one commit per WAL flush, which may
+	// be below BusyRate. Without it the rate is read from the ids
 	// claimed alone, and a relay that falls behind (starved of CPU, or
 	// failing its publishes) sees a rate below the producers' and opens
 	// the Gate while they still insert fast. Default nil.

@@ -31,11 +31,28 @@ const (
 // bounded by the pool's statement timeout as well.
 const gateTimeout = 15 * time.Second
 
-// Inserts reads how far producers have inserted: the last id the outbox's
-// id sequence handed out (*claim.Store has it).
+// Inserts reads the producers' pace (*claim.Store has it).
 type Inserts interface {
+	// LastInsertID is the last id the outbox's id sequence handed out.
 	LastInsertID(ctx context.Context) (int64, error)
+	// NotifyWaiters is how many transactions wait to commit behind
+	// PostgreSQL's NOTIFY lock, which serializes the commits of
+	// transactions that sent NOTIFY.
+	NotifyWaiters(ctx context.Context) (int, error)
 }
+
+// The gate also closes below BusyRate when producers queue on the NOTIFY
+// lock: on a server whose WAL flush is slow, notifying producers cannot
+// commit faster than one flush at a time, which may be below BusyRate, so
+// the rate alone would never close the gate. It closes once the lock has
+// had contendedWaiters waiters on average over the rate window while the
+// rate is at least contendedMinRate (the lock is the server's, and other
+// applications' NOTIFYs should not close the gate of a quiet outbox), and
+// opens again below half the rate at which it closed.
+const (
+	contendedWaiters = 2
+	contendedMinRate = 100
+)
 
 // insertsTimeout bounds one reading of Inserts: the gate's steering waits
 // for it.
@@ -89,6 +106,11 @@ func (r *rateRing) add(s rateSample) float64 {
 // then either claimed by that pass or announced by a notification. The gap
 // between the thresholds keeps a relay near the threshold from flapping.
 //
+// When producers queue on the NOTIFY lock (Inserts.NotifyWaiters, read at
+// a sample after a claim while the gate is open and the rate is at least
+// contendedMinRate), the gate closes below BusyRate too, and then opens
+// below half the rate at which it closed.
+//
 // The rate is the growth of the highest id seen: the ids claimed and, with
 // Config.Inserts, the id sequence's last value, read at every sample while
 // the gate is closed and, while it is open, at a sample after a claim. A
@@ -110,6 +132,10 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		// Inserts has reported.
 		claimed, inserted int64
 		insertsOff        bool // Inserts failed for good (no sequence)
+		// waiters holds the NOTIFY lock's waiters at the last rateSamples
+		// samples; openBelow is the rate under which a closed gate opens.
+		waiters   [rateSamples]int
+		openBelow = r.cfg.BusyRate / 2
 	)
 	for {
 		wait := rateSampleEvery
@@ -138,7 +164,8 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		}
 		lastSample = now
 		seen := r.meter.maxID.Load()
-		if r.cfg.Inserts != nil && !insertsOff && (!open || seen != claimed) {
+		active := seen != claimed // claimed something since the last sample
+		if r.cfg.Inserts != nil && !insertsOff && (!open || active) {
 			id, err := r.lastInsert(ctx)
 			switch {
 			case errors.Is(err, claim.ErrInsertsUnreadable):
@@ -150,14 +177,22 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		}
 		claimed = seen
 		rate := ring.add(rateSample{at: now, id: max(seen, inserted)})
+		waiting := 0
+		if open && active && r.cfg.Inserts != nil && rate >= contendedMinRate {
+			waiting = r.notifyWaiters(ctx)
+		}
+		waiters[ring.n%rateSamples] = waiting
+		contended := sum(waiters[:]) >= contendedWaiters*rateSamples
 		switch {
-		case open && rate > r.cfg.BusyRate:
+		case open && (rate > r.cfg.BusyRate || contended):
 			if err := r.closeGate(ctx); err != nil {
 				continue
 			}
 			open, lastClose = false, now
-			r.log.Debug("busy: gate closed, polling", "rate", int(rate))
-		case !open && rate < r.cfg.BusyRate/2:
+			openBelow = min(r.cfg.BusyRate, rate) / 2
+			waiters = [rateSamples]int{}
+			r.log.Debug("busy: gate closed, polling", "rate", int(rate), "notify_waiters", waiting)
+		case !open && rate < openBelow:
 			open = true
 			r.openGate(ctx)
 			r.log.Debug("idle: gate open, waiting for notifications", "rate", int(rate))
@@ -187,6 +222,25 @@ func (r *Relay) lastInsert(ctx context.Context) (int64, error) {
 		r.log.Debug("reading the insert sequence failed", "err", err)
 	}
 	return id, err
+}
+
+// notifyWaiters reads Inserts.NotifyWaiters; a failure is logged at debug
+// level and reads as none.
+func (r *Relay) notifyWaiters(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, insertsTimeout)
+	defer cancel()
+	n, err := r.cfg.Inserts.NotifyWaiters(ctx)
+	if err != nil && ctx.Err() == nil {
+		r.log.Debug("reading the NOTIFY lock's waiters failed", "err", err)
+	}
+	return n
+}
+
+func sum(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 func (r *Relay) closeGate(ctx context.Context) error {

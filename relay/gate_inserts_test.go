@@ -19,10 +19,14 @@ func (g *recordingGate) Open(context.Context) error  { g.open.Store(true); retur
 func (g *recordingGate) Close(context.Context) error { g.open.Store(false); return nil }
 func (g *recordingGate) TTL() time.Duration          { return time.Hour }
 
-// fakeInserts is a relay.Inserts whose id sequence the test moves.
-type fakeInserts struct{ last atomic.Int64 }
+// fakeInserts is a relay.Inserts whose id sequence and NOTIFY lock waiters
+// the test sets.
+type fakeInserts struct{ last, waiters atomic.Int64 }
 
 func (f *fakeInserts) LastInsertID(context.Context) (int64, error) { return f.last.Load(), nil }
+func (f *fakeInserts) NotifyWaiters(context.Context) (int, error) {
+	return int(f.waiters.Load()), nil
+}
 
 // A relay that falls behind its producers (starved of CPU: it claims one
 // event per 50 ms, while they insert 20,000 a second) keeps the gate
@@ -32,11 +36,53 @@ func (f *fakeInserts) LastInsertID(context.Context) (int64, error) { return f.la
 // notify again. Once the producers stop, the gate opens.
 func TestRelayBehindItsProducersKeepsTheGateClosed(t *testing.T) {
 	t.Parallel()
+	g := startGateRun(t, 100)
+	closed, reopened := g.run(3*time.Second, 20_000)
+	require.True(t, closed, "the relay never closed the gate while producers inserted 20,000/s")
+	require.False(t, reopened, "the relay opened the gate while producers still inserted 20,000/s")
+	_, reopened = g.run(time.Second, 0)
+	require.True(t, reopened, "the gate stayed closed once the producers stopped")
+}
+
+// Producers queued on PostgreSQL's NOTIFY lock close the gate below
+// BusyRate: a server whose WAL flush is slow lets notifying producers
+// commit only one flush at a time, 1,000/s say, below BusyRate (2,000/s),
+// and the rate alone would never close the gate. Without waiters the gate
+// stays open at that rate; with them it closes, stays closed while the
+// producers keep up half that rate, and opens once they stop.
+func TestProducersQueuedOnTheNotifyLockCloseTheGateBelowBusyRate(t *testing.T) {
+	t.Parallel()
+	g := startGateRun(t, 2000)
+	closed, _ := g.run(time.Second, 1000)
+	require.False(t, closed, "the gate closed at 1,000/s, half of BusyRate, with nobody waiting on the NOTIFY lock")
+
+	g.inserts.waiters.Store(30)
+	closed, reopened := g.run(time.Second, 1000)
+	require.True(t, closed, "the gate stayed open while 30 producers waited on the NOTIFY lock")
+	require.False(t, reopened, "the gate opened again while producers still inserted 1,000/s")
+	g.inserts.waiters.Store(0) // a closed gate sends no NOTIFY: nobody waits
+	_, reopened = g.run(time.Second, 600)
+	require.False(t, reopened, "the gate opened while producers inserted 600/s, above half the rate it closed at")
+	_, reopened = g.run(time.Second, 0)
+	require.True(t, reopened, "the gate stayed closed once the producers stopped")
+}
+
+// gateRun drives a relay whose store claims one event per 50 ms (a relay
+// starved of CPU) with a recordingGate and fakeInserts, on a fake clock.
+type gateRun struct {
+	t       *testing.T
+	d       *dispatcher
+	gate    *recordingGate
+	inserts *fakeInserts
+	owed    float64 // inserts due but not yet a whole one
+}
+
+func startGateRun(t *testing.T, busyRate float64) *gateRun {
 	d := newDispatcher(t)
 	gate, inserts := &recordingGate{}, &fakeInserts{}
 	gate.open.Store(true) // as the relay's start leaves it
 	d.cfg.Gate, d.cfg.Inserts = gate, inserts
-	d.cfg.BusyRate, d.cfg.BusyPollInterval = 100, 2*time.Millisecond
+	d.cfg.BusyRate, d.cfg.BusyPollInterval = busyRate, 2*time.Millisecond
 	var (
 		mu       sync.Mutex
 		lastID   int64
@@ -65,38 +111,36 @@ func TestRelayBehindItsProducersKeepsTheGateClosed(t *testing.T) {
 	})
 	d.start(t)
 	t.Cleanup(func() { close(stop); drained.Wait() })
+	return &gateRun{t: t, d: d, gate: gate, inserts: inserts}
+}
 
-	// run advances the clock by total, step by step of the gate's own
-	// timer (the 50 ms rate sample while open, the 2 ms busy poll while
-	// closed). Producers insert perSecond meanwhile; while the gate is
-	// open, each step brings a notification, as the trigger would send.
-	// It returns whether the gate was ever closed, and whether it opened
-	// after it was first closed.
-	run := func(total time.Duration, perSecond int64) (closed, reopened bool) {
-		for elapsed := time.Duration(0); elapsed < total; {
-			left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= 50*time.Millisecond })
-			inserts.last.Add(perSecond * int64(left) / int64(time.Second))
-			if gate.open.Load() {
-				select {
-				case d.listener.c <- struct{}{}:
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-			d.clock.Advance(left)
-			elapsed += left
-			switch open := gate.open.Load(); {
-			case !open:
-				closed = true
-			case closed:
-				reopened = true
+// run advances the clock by total, step by step of the gate's own timer
+// (the 50 ms rate sample while open, the 2 ms busy poll while closed).
+// Producers insert perSecond meanwhile; while the gate is open, each step
+// brings a notification, as the trigger would send. It returns whether the
+// gate was ever closed, and whether it opened after it was first closed.
+func (g *gateRun) run(total time.Duration, perSecond int64) (closed, reopened bool) {
+	t, d := g.t, g.d
+	for elapsed := time.Duration(0); elapsed < total; {
+		left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= 50*time.Millisecond })
+		g.owed += float64(perSecond) * left.Seconds()
+		whole := int64(g.owed)
+		g.inserts.last.Add(whole)
+		g.owed -= float64(whole)
+		if g.gate.open.Load() {
+			select {
+			case d.listener.c <- struct{}{}:
+			case <-time.After(10 * time.Millisecond):
 			}
 		}
-		return closed, reopened
+		d.clock.Advance(left)
+		elapsed += left
+		switch open := g.gate.open.Load(); {
+		case !open:
+			closed = true
+		case closed:
+			reopened = true
+		}
 	}
-
-	closed, reopened := run(3*time.Second, 20_000)
-	require.True(t, closed, "the relay never closed the gate while producers inserted 20,000/s")
-	require.False(t, reopened, "the relay opened the gate while producers still inserted 20,000/s")
-	_, reopened = run(time.Second, 0)
-	require.True(t, reopened, "the gate stayed closed once the producers stopped")
+	return closed, reopened
 }

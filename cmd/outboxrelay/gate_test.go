@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +48,51 @@ func TestKilledBusyRelaysGateExpires(t *testing.T) {
 	inserted++
 	counter := testkit.Counter{}
 	collect(t, queue, counter, inserted, 60*time.Second)
+}
+
+// Producers queued on the NOTIFY lock close the gate even when the insert
+// rate never reaches --busy-rate: sixteen connections inserting one row per
+// transaction commit one WAL flush at a time while every commit notifies,
+// which on a slow disk is far below any rate threshold. Here the threshold
+// is out of reach (1,000,000/s), so only the waiters can close the gate.
+// Every event inserted is delivered.
+func TestProducersQueuedOnTheNotifyLockCloseTheGate(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	startRelay(t, relayEnv(dbURL, exchange), "--busy-rate=1000000", "--poll-interval=1h")
+
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("pool_max_conns", "16")
+	u.RawQuery = q.Encode()
+	producers := testkit.NewPool(t, u.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		inserted atomic.Int64
+		wg       sync.WaitGroup
+	)
+	defer func() { cancel(); wg.Wait() }()
+	for range 16 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, err := producers.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+					VALUES ('order', '1', 'created', '{}')`)
+				if err == nil {
+					inserted.Add(1)
+				}
+			}
+		})
+	}
+	const gateClosed = `SELECT (pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000)::int`
+	testkit.WaitFor(t, 60*time.Second, "producers queued on the NOTIFY lock to close the gate", func() bool {
+		return testkit.QueryInt(t, pool, gateClosed) == 1
+	})
+	cancel()
+	wg.Wait()
+	collect(t, queue, testkit.Counter{}, int(inserted.Load()), 60*time.Second)
 }
 
 // A schema from before the gate (no wakeup sequence) still works: the relay

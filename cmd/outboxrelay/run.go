@@ -39,7 +39,7 @@ type RunCmd struct {
 	Channel  string        `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
 	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers always notify)."`
 	GateSeq  string        `name:"gate-sequence" env:"OUTBOX_GATE_SEQUENCE" help:"Sequence holding the notification gate, optionally schema-qualified (default: the table's name with _wakeup, in its schema)."`
-	BusyRate float64       `name:"busy-rate" env:"OUTBOX_BUSY_RATE" default:"2000" help:"Inserts per second above which the relay closes the gate and polls every --busy-poll-interval; it reopens below half of it."`
+	BusyRate float64       `name:"busy-rate" env:"OUTBOX_BUSY_RATE" default:"2000" help:"Inserts per second above which the relay closes the gate and polls every --busy-poll-interval; it reopens below half of it. Producers queued on the NOTIFY lock close it below this rate too."`
 	BusyPoll time.Duration `name:"busy-poll-interval" env:"OUTBOX_BUSY_POLL_INTERVAL" default:"2ms" help:"How often a busy relay claims."`
 
 	Exchange       string        `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange for rows whose exchange column is NULL."`
