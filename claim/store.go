@@ -236,6 +236,10 @@ func keyFuncs(cols []string) template.FuncMap {
 // backslashes) as a SQL string literal.
 func literal(s string) string { return "'" + s + "'" }
 
+// smallBatch is the room Claim makes for events before it knows how many
+// came; a larger batch grows it.
+const smallBatch = 16
+
 // Claim leases up to limit claimable events, oldest first, and no more of
 // them than fit in Config.MaxBatchBytes (but at least one). An empty batch
 // means nothing is claimable now.
@@ -264,7 +268,10 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	if err != nil {
 		return Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	events := make([]Event, 0, limit)
+	// Room for a small batch only: at everyday rates a claim takes one
+	// event or a few, and zeroing room for limit events on every claim was
+	// a quarter of the claim's CPU (pprof, 1,000 one-event batches/s).
+	events := make([]Event, 0, min(limit, smallBatch))
 	var (
 		size     int     // payload and header bytes kept
 		received int     // payload and header bytes received

@@ -93,14 +93,23 @@ func TestBusyOrderedRelaySparesItsPollsWhileABatchIsInFlight(t *testing.T) {
 		}
 	}
 	// The worker claims again once its batch is marked, and finds nothing.
-	require.Eventually(t, func() bool { return calls.Load() >= before+1 }, awaitTimeout, time.Millisecond)
-	idle := calls.Load()
-	for range 20 {
-		d.awaitTimer(t, "the busy poll", 2*time.Millisecond)
-		d.clock.Advance(2 * time.Millisecond)
-		if calls.Load() > idle {
-			return
+	awaitClaim := func(what string) {
+		t.Helper()
+		for {
+			select {
+			case c := <-d.store.calls:
+				if c.op == "claim" {
+					return
+				}
+			case <-time.After(awaitTimeout):
+				t.Fatal(what)
+			}
 		}
 	}
-	t.Fatal("no busy poll claimed once nothing was in flight")
+	awaitClaim("the worker did not claim again once its batch was marked")
+	// The next busy poll claims: the relay pokes a worker, which may run
+	// only after the clock has moved on, so await its claim.
+	d.awaitTimer(t, "the busy poll", 2*time.Millisecond)
+	d.clock.Advance(2 * time.Millisecond)
+	awaitClaim("no busy poll claimed once nothing was in flight")
 }

@@ -54,7 +54,7 @@ type Config struct {
 	// seen: the ids the relay claims and, with Inserts, the id sequence's
 	// last value. With Inserts, the relay also closes the Gate below
 	// BusyRate when producers queue on PostgreSQL's NOTIFY lock (see
-	// Inserts), and then opens it below half the rate at which it closed.
+	// Inserts), and then opens it below a quarter of the rate at which it closed.
 	// Only used with a Gate. Default 2000.
 	BusyRate float64
 	// Inserts, if set, reads the producers' pace (*claim.Store has it):

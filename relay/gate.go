@@ -48,7 +48,7 @@ type Inserts interface {
 // had contendedWaiters waiters on average over the rate window while the
 // rate is at least contendedMinRate (the lock is the server's, and other
 // applications' NOTIFYs should not close the gate of a quiet outbox), and
-// opens again below half the rate at which it closed.
+// opens again below a quarter of the rate at which it closed.
 const (
 	contendedWaiters = 2
 	contendedMinRate = 100
@@ -109,7 +109,7 @@ func (r *rateRing) add(s rateSample) float64 {
 // When producers queue on the NOTIFY lock (Inserts.NotifyWaiters, read at
 // a sample after a claim while the gate is open and the rate is at least
 // contendedMinRate), the gate closes below BusyRate too, and then opens
-// below half the rate at which it closed.
+// below a quarter of the rate at which it closed.
 //
 // The rate is the growth of the highest id seen: the ids claimed and, with
 // Config.Inserts, the id sequence's last value, read at every sample while
@@ -132,6 +132,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		// Inserts has reported.
 		claimed, inserted int64
 		insertsOff        bool // Inserts failed for good (no sequence)
+		readInserts       bool // Inserts has been read once
 		// waiters holds the NOTIFY lock's waiters at the last rateSamples
 		// samples; openBelow is the rate under which a closed gate opens.
 		waiters   [rateSamples]int
@@ -171,6 +172,10 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			case errors.Is(err, claim.ErrInsertsUnreadable):
 				insertsOff = true
 				r.log.Info("the insert rate comes from claimed ids alone", "err", err)
+			case err == nil && !readInserts:
+				// The first reading is where the sequence stands, not how
+				// fast it moves: rates start from it.
+				readInserts, inserted, ring = true, id, rateRing{}
 			case err == nil:
 				inserted = max(inserted, id)
 			}
@@ -189,7 +194,13 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 				continue
 			}
 			open, lastClose = false, now
-			openBelow = min(r.cfg.BusyRate, rate) / 2
+			openBelow = r.cfg.BusyRate / 2
+			if rate <= r.cfg.BusyRate {
+				// Closed by the waiters: the rate read at the close is
+				// noisy (a sample without a claim reads no sequence), so
+				// leave room below it.
+				openBelow = min(openBelow, rate/4)
+			}
 			waiters = [rateSamples]int{}
 			r.log.Debug("busy: gate closed, polling", "rate", int(rate), "notify_waiters", waiting)
 		case !open && rate < openBelow:
