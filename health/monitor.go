@@ -89,7 +89,9 @@ func New(cfg Config) (*Monitor, error) {
 }
 
 // Run checks at once and then every Interval until ctx ends; it returns
-// nil then.
+// nil then. ctx is the relay's: when it ends the relay is shutting down,
+// stopping the very parts the checks look at, so the monitor stops
+// checking and answers not ready, "shutting down", without a warning.
 func (m *Monitor) Run(ctx context.Context) error {
 	m.started = time.Now()
 	t := time.NewTimer(0)
@@ -97,6 +99,12 @@ func (m *Monitor) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			m.mu.Lock()
+			m.failing, m.checked = map[string]string{"relay": "shutting down"}, true
+			m.mu.Unlock()
+			if m.cfg.OnReady != nil {
+				m.cfg.OnReady(false)
+			}
 			return nil
 		case <-t.C:
 		}

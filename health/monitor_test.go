@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -121,4 +122,39 @@ func TestACostlyCheckRunsOnlyEveryIntervalWhilePassing(t *testing.T) {
 	seen := rounds.Load()
 	testkit.WaitFor(t, 5*time.Second, "ten more rounds", func() bool { return rounds.Load() >= seen+10 })
 	require.Equal(t, ran, runs.Load())
+}
+
+// Once the relay's shutdown begins (Run's context ends), the monitor stops
+// checking the parts shutdown is stopping: /readyz answers "shutting down"
+// and nothing is logged at Warn, though the checks would now fail.
+func TestShutdownIsNotReadyWithoutAWarning(t *testing.T) {
+	var stopping atomic.Bool
+	var rounds atomic.Int64
+	logs := &testkit.Buffer{}
+	m, err := health.New(health.Config{
+		Checks: []health.Check{{Name: "listener", Run: func(context.Context) error {
+			if stopping.Load() {
+				return errors.New("not listening")
+			}
+			return nil
+		}}},
+		Interval: time.Millisecond,
+		OnReady:  func(bool) { rounds.Add(1) },
+		Logger:   slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+	testkit.WaitFor(t, 5*time.Second, "a first round", func() bool { return rounds.Load() > 0 })
+	code, _ := get(t, m.ReadyHandler())
+	require.Equal(t, http.StatusOK, code)
+
+	cancel()
+	require.NoError(t, <-done)
+	stopping.Store(true) // the relay stops its listener
+	code, body := get(t, m.ReadyHandler())
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, map[string]any{"relay": "shutting down"}, body["failing"])
+	require.NotContains(t, logs.String(), `"level":"WARN"`)
 }

@@ -135,10 +135,12 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 }
 
 // run serves and samples until ctx ends, then shuts the server down
-// within httpShutdownTimeout.
-func (o *ops) run(ctx context.Context) {
+// within httpShutdownTimeout. The readiness checks stop when relayCtx ends,
+// at the start of the relay's shutdown (/readyz then answers "shutting
+// down"); the endpoints serve until the relay has stopped.
+func (o *ops) run(ctx, relayCtx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = o.monitor.Run(ctx) })
+	wg.Go(func() { _ = o.monitor.Run(relayCtx) })
 	if o.sampler != nil {
 		wg.Go(func() { _ = o.sampler.Run(ctx) })
 	}

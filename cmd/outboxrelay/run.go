@@ -281,7 +281,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	if o != nil {
 		opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
-		go func() { o.run(opsCtx); close(done) }()
+		go func() { o.run(opsCtx, ctx); close(done) }()
 		defer func() { stopOps(); <-done }()
 	}
 	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
