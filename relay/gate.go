@@ -123,7 +123,10 @@ func (r *rateRing) add(s rateSample) float64 {
 func (r *Relay) steer(ctx, drainCtx context.Context) {
 	g := r.cfg.Gate
 	open := true
-	r.openGate(ctx)
+	// opened is whether the last gate statement was an Open that
+	// succeeded: a Close or Open cut short by shutdown may have set the
+	// gate all the same, so anything else leaves it to reopen at shutdown.
+	opened := r.openGate(ctx) == nil
 	var (
 		ring       rateRing
 		lastSample time.Time
@@ -145,7 +148,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			if !open {
+			if !opened {
 				// Leave the gate open for the relays that stay. Open sets the
 				// gate before it waits for producers, and a relay leaving
 				// need not wait: a short deadline keeps shutdown bounded.
@@ -190,6 +193,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		contended := sum(waiters[:]) >= contendedWaiters*rateSamples
 		switch {
 		case open && (rate > r.cfg.BusyRate || contended):
+			opened = false
 			if err := r.closeGate(ctx); err != nil {
 				continue
 			}
@@ -205,7 +209,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			r.log.Debug("busy: gate closed, polling", "rate", int(rate), "notify_waiters", waiting)
 		case !open && rate < openBelow:
 			open = true
-			r.openGate(ctx)
+			opened = r.openGate(ctx) == nil
 			r.log.Debug("idle: gate open, waiting for notifications", "rate", int(rate))
 		case !open && now.Sub(lastClose) >= g.TTL()/4:
 			if err := r.closeGate(ctx); err == nil {
@@ -268,9 +272,9 @@ func (r *Relay) closeGate(ctx context.Context) error {
 }
 
 // openGate opens the gate and then asks for a claim pass. A failed Open is
-// logged: the gate, if it stayed closed, expires within its TTL, and the
-// fallback poll bounds the wait meanwhile.
-func (r *Relay) openGate(ctx context.Context) {
+// logged and returned: the gate, if it stayed closed, expires within its
+// TTL, and the fallback poll bounds the wait meanwhile.
+func (r *Relay) openGate(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, gateTimeout)
 	defer cancel()
 	err := r.cfg.Gate.Open(ctx)
@@ -281,4 +285,5 @@ func (r *Relay) openGate(ctx context.Context) {
 		r.obs.GateClosed(false)
 	}
 	r.poke()
+	return err
 }

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,12 +13,23 @@ import (
 	"github.com/outboxrelay/outboxrelay/claim"
 )
 
-// recordingGate is a relay.Gate that reports whether it is open.
-type recordingGate struct{ open atomic.Bool }
+// recordingGate is a relay.Gate that reports whether it is open. With
+// lostCloses, a Close sets the gate and then fails: a statement that ran
+// but whose answer was lost (a connection cut, a context ended).
+type recordingGate struct {
+	open       atomic.Bool
+	lostCloses atomic.Bool
+}
 
-func (g *recordingGate) Open(context.Context) error  { g.open.Store(true); return nil }
-func (g *recordingGate) Close(context.Context) error { g.open.Store(false); return nil }
-func (g *recordingGate) TTL() time.Duration          { return time.Hour }
+func (g *recordingGate) Open(context.Context) error { g.open.Store(true); return nil }
+func (g *recordingGate) Close(context.Context) error {
+	g.open.Store(false)
+	if g.lostCloses.Load() {
+		return errors.New("close gate: conn closed")
+	}
+	return nil
+}
+func (g *recordingGate) TTL() time.Duration { return time.Hour }
 
 // fakeInserts is a relay.Inserts whose id sequence and NOTIFY lock waiters
 // the test sets.
@@ -81,6 +93,26 @@ func TestTheSequencesHistoryIsNoBurst(t *testing.T) {
 	g.silent = false
 	closed, _ = g.run(time.Second, 10)
 	require.False(t, closed, "the gate closed at 10 inserts/s: the sequence's first reading was taken for a burst")
+}
+
+// A Close whose answer is lost (a connection cut, a context ended by
+// shutdown) may have closed the gate all the same: the relay then opens it
+// on its way out, as it does when it knows the gate closed, so the relays
+// that stay are woken by notifications.
+func TestLostCloseIsUndoneAtShutdown(t *testing.T) {
+	t.Parallel()
+	g := startGateRun(t, 100)
+	g.gate.lostCloses.Store(true)
+	closed, _ := g.run(time.Second, 20_000)
+	require.True(t, closed, "the relay never tried to close the gate at 20,000 inserts/s")
+	g.d.cancel()
+	select {
+	case err := <-g.d.done:
+		g.d.done <- err // for the test's cleanup
+	case <-time.After(awaitTimeout):
+		t.Fatal("the relay did not stop")
+	}
+	require.True(t, g.gate.open.Load(), "the relay left the gate closed")
 }
 
 // gateRun drives a relay whose store claims one event per 50 ms (a relay
