@@ -39,6 +39,7 @@ type Metrics struct {
 	batchEvents   prometheus.Histogram
 	connectionUp  *prometheus.GaugeVec
 	brokerBlocked prometheus.Gauge
+	broker        *prometheus.GaugeVec
 	gateClosed    prometheus.Gauge
 	ready         prometheus.Gauge
 	queueUsage    prometheus.Gauge
@@ -103,6 +104,10 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Namespace: namespace, Name: "connection_up",
 			Help: "1 while the relay's connection to the service is up: postgres (the pool answers), listener (LISTENing), rabbitmq (connected).",
 		}, []string{"service"}),
+		broker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "broker_connected",
+			Help: "1 for the RabbitMQ URL (password redacted) the relay is connected to, of the --amqp-url list; no series while disconnected.",
+		}, []string{"url"}),
 		brokerBlocked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "broker_blocked",
 			Help: "1 while RabbitMQ blocks the relay's connection (a memory or disk alarm).",
@@ -139,7 +144,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.published, m.retried, m.deadLettered, m.released, m.lag, m.claimDuration, m.publishTime,
-		m.batchEvents, m.connectionUp, m.brokerBlocked, m.gateClosed, m.ready, m.queueUsage,
+		m.batchEvents, m.connectionUp, m.broker, m.brokerBlocked, m.gateClosed, m.ready, m.queueUsage,
 		m.sampling, m.table, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -185,6 +190,15 @@ func (m *Metrics) GateClosed(closed bool) { m.gateClosed.Set(b2f(closed)) }
 // SetConnection sets outboxrelay_connection_up for one service.
 func (m *Metrics) SetConnection(service string, up bool) {
 	m.connectionUp.WithLabelValues(service).Set(b2f(up))
+}
+
+// SetBroker sets outboxrelay_broker_connected to the URL connected to,
+// redacted; "" (disconnected) leaves no series.
+func (m *Metrics) SetBroker(url string) {
+	m.broker.Reset()
+	if url != "" {
+		m.broker.WithLabelValues(url).Set(1)
+	}
 }
 
 // SetBrokerBlocked sets outboxrelay_broker_blocked.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -22,7 +23,10 @@ const maxShortString = 255
 // Config configures a Publisher. The zero value is usable: every field
 // documents its default.
 type Config struct {
-	// URL is the broker, amqp:// or amqps://; credentials may be in it and are
+	// URL is the broker, amqp:// or amqps://, or several separated by
+	// commas, such as the nodes of a cluster: every connect, the first and
+	// each reconnect, tries them in turn until one answers, starting after
+	// the one it was last connected to. Credentials may be in them and are
 	// never logged or returned in errors. Default "amqp://127.0.0.1:5672/"
 	// (amqp091 then logs in as guest/guest).
 	URL string
@@ -98,8 +102,18 @@ func (c Config) withDefaults() Config {
 // includes the URL's password.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if err := validateURL(c.URL); err != nil {
-		return err
+	urls := c.urls()
+	if len(urls) == 0 {
+		return errors.New("publish: URL: no URL in the list")
+	}
+	for i, u := range urls {
+		label := "URL"
+		if len(urls) > 1 {
+			label = fmt.Sprintf("URL %d of %d", i+1, len(urls))
+		}
+		if err := validateURL(label, u); err != nil {
+			return err
+		}
 	}
 	switch {
 	case len(c.Exchange) > maxShortString:
@@ -122,20 +136,32 @@ func (c Config) Validate() error {
 
 // validateURL checks the URL without ever echoing it: url.Parse's errors
 // quote the whole input, password included.
-func validateURL(raw string) error {
+func validateURL(label, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("publish: URL: %w (reserved characters in the user or password must be percent-encoded)", err)
+		return fmt.Errorf("publish: %s: %w (reserved characters in the user or password must be percent-encoded)", label, err)
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return fmt.Errorf("publish: URL %s: scheme must be amqp or amqps", u.Redacted())
+		return fmt.Errorf("publish: %s %s: scheme must be amqp or amqps", label, u.Redacted())
 	}
 	if _, err := amqp.ParseURI(raw); err != nil {
-		return fmt.Errorf("publish: URL %s: %w", u.Redacted(), err)
+		return fmt.Errorf("publish: %s %s: %w", label, u.Redacted(), err)
 	}
 	return nil
+}
+
+// urls splits URL into its list: comma-separated, spaces around each
+// trimmed, empty entries dropped.
+func (c Config) urls() []string {
+	var out []string
+	for _, u := range strings.Split(c.URL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,9 +22,13 @@ const closeTimeout = 5 * time.Second
 // confirms. It owns one connection, which Run watches and re-establishes,
 // and a pool of confirm channels. It is safe for concurrent use.
 type Publisher struct {
-	cfg      Config
-	log      *slog.Logger
-	redacted string // cfg.URL without its password
+	cfg   Config
+	log   *slog.Logger
+	urls  []string // cfg.URL's list
+	names []string // urls without their passwords, for logs and errors
+	// at is the index of the URL last connected to (under mu); -1 before
+	// the first connect.
+	at int
 
 	mu      sync.Mutex
 	conn    *amqp.Connection // nil while disconnected
@@ -66,25 +71,81 @@ func Dial(ctx context.Context, cfg Config) (*Publisher, error) {
 	}
 	cfg = cfg.withDefaults()
 	p := &Publisher{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "publish"),
-		redacted: redact.URL(cfg.URL),
-		changed:  make(chan struct{}),
-		known:    make(map[string]bool),
-		runDone:  make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "publish"),
+		urls:    cfg.urls(),
+		at:      -1,
+		changed: make(chan struct{}),
+		known:   make(map[string]bool),
+		runDone: make(chan struct{}),
 
 		scratchSem: make(chan struct{}, 1),
 		timeout:    fmt.Errorf("confirm timeout %s: %w", cfg.ConfirmTimeout, context.DeadlineExceeded),
 	}
+	for _, u := range p.urls {
+		p.names = append(p.names, redact.URL(u))
+	}
 	if err := p.connect(ctx); err != nil {
 		return nil, err
 	}
-	p.log.Info("connected", "url", p.redacted)
+	p.log.Info("connected", "url", p.Broker())
 	return p, nil
 }
 
-// connect dials, declares the exchange and installs the new connection.
-func (p *Publisher) connect(ctx context.Context) (err error) {
+// Broker is the URL, without its password, of the broker the publisher is
+// connected to, or was last: one of Config.URL's list.
+func (p *Publisher) Broker() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.names[max(p.at, 0)]
+}
+
+// connect connects to the first of the URLs that answers, trying them in
+// turn from the one after the URL last connected to.
+func (p *Publisher) connect(ctx context.Context) error {
+	p.mu.Lock()
+	start := (p.at + 1) % len(p.urls)
+	p.mu.Unlock()
+	var errs brokerErrors
+	for k := range p.urls {
+		i := (start + k) % len(p.urls)
+		err := p.connectTo(ctx, i)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrClosed):
+			return err
+		case ctx.Err() != nil:
+			return fmt.Errorf("publish: %w", err)
+		}
+		if len(p.urls) > 1 {
+			p.log.Debug("broker did not answer", "url", p.names[i], "err", err)
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 1 {
+		return fmt.Errorf("publish: %w", errs[0])
+	}
+	return fmt.Errorf("publish: none of %d brokers answered: %w", len(errs), errs)
+}
+
+// brokerErrors are the failures of one connect, a URL each.
+type brokerErrors []error
+
+func (e brokerErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e brokerErrors) Unwrap() []error { return e }
+
+// connectTo dials URL i, declares the exchange and installs the new
+// connection.
+func (p *Publisher) connectTo(ctx context.Context, i int) (err error) {
+	name := p.names[i]
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName("outboxrelay publish")
 	var (
@@ -92,7 +153,7 @@ func (p *Publisher) connect(ctx context.Context) (err error) {
 		wire *coalescingConn
 	)
 	dial := p.dialer(ctx, &wire)
-	conn, err := amqp.DialConfig(p.cfg.URL, amqp.Config{
+	conn, err := amqp.DialConfig(p.urls[i], amqp.Config{
 		Heartbeat:       p.cfg.Heartbeat,
 		TLSClientConfig: p.cfg.TLS.Clone(), // amqp091 sets ServerName on it
 		Properties:      props,
@@ -111,10 +172,10 @@ func (p *Publisher) connect(ctx context.Context) (err error) {
 		if conn != nil {
 			_ = conn.Close()
 		}
-		return fmt.Errorf("publish: connect %s: %w", p.redacted, ctx.Err())
+		return fmt.Errorf("connect %s: %w", name, ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("publish: connect %s: %w", p.redacted, err)
+		return fmt.Errorf("connect %s: %w", name, err)
 	}
 	defer func() {
 		if err != nil {
@@ -133,11 +194,11 @@ func (p *Publisher) connect(ctx context.Context) (err error) {
 	timedOut, canceled := !timer.Stop(), !stopAbort()
 	switch {
 	case canceled:
-		return fmt.Errorf("publish: connect %s: %w", p.redacted, ctx.Err())
+		return fmt.Errorf("connect %s: %w", name, ctx.Err())
 	case timedOut:
-		return fmt.Errorf("publish: connect %s: setup not done within DialTimeout %s", p.redacted, p.cfg.DialTimeout)
+		return fmt.Errorf("connect %s: setup not done within DialTimeout %s", name, p.cfg.DialTimeout)
 	case err != nil:
-		return fmt.Errorf("publish: connect %s: %w", p.redacted, err)
+		return fmt.Errorf("connect %s: %w", name, err)
 	}
 
 	p.mu.Lock()
@@ -146,6 +207,7 @@ func (p *Publisher) connect(ctx context.Context) (err error) {
 		return ErrClosed
 	}
 	p.conn, p.connErr, p.blocks, p.wire = conn, connErr, blocks, wire
+	p.at = i
 	p.gen++
 	p.isBlock, p.blocked = false, ""
 	p.idle = nil // channels of an old connection died with it
@@ -302,7 +364,7 @@ func (p *Publisher) reconnect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.log.Info("reconnected", "url", p.redacted, "attempts", attempts, "after", time.Since(start).Round(time.Millisecond))
+	p.log.Info("reconnected", "url", p.Broker(), "attempts", attempts, "after", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

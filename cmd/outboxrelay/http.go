@@ -91,6 +91,11 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 			connected, blocked := p.pub.State()
 			m.SetConnection(metrics.ServiceRabbitMQ, connected)
 			m.SetBrokerBlocked(blocked)
+			broker := ""
+			if connected {
+				broker = p.pub.Broker()
+			}
+			m.SetBroker(broker)
 			switch {
 			case !connected:
 				return errors.New("not connected")

@@ -137,6 +137,8 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"ordered without its index", relayEnv(url, exchange), []string{"--no-migrate", "--ordering=aggregate"}, "no ordering index"},
 		{"unreachable database", relayEnv("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=5", exchange), nil, "PostgreSQL"},
 		{"unreachable RabbitMQ", relayEnv(url, exchange, "AMQP_URL=amqp://u:s3cret@127.0.0.1:1/"), nil, "RabbitMQ"},
+		{"no RabbitMQ of a list answering", relayEnv(url, exchange, "AMQP_URL=amqp://u:s3cret@127.0.0.1:1/,amqp://v:s3cret2@127.0.0.1:2/"), nil, "none of 2 brokers answered"},
+		{"malformed URL in a list", relayEnv(url, exchange, "AMQP_URL="+testkit.AMQPURL()+",http://u:s3cret@localhost/"), nil, "URL 2 of 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runOnce(t, tc.env, tc.args...)

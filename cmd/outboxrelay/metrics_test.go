@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/redact"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -36,6 +37,7 @@ func TestEveryMetricMovesWithRealDeliveries(t *testing.T) {
 		require.Equal(t, 1.0, ready.Value("outboxrelay_connection_up", "service", service), service)
 	}
 	require.Zero(t, ready.Value("outboxrelay_broker_blocked"))
+	require.Equal(t, 1.0, ready.Value("outboxrelay_broker_connected", "url", redact.URL(testkit.AMQPURL())), "the broker connected to")
 	require.Equal(t, 1.0, ready.Value("outboxrelay_table_sampler"), "the only relay samples the table")
 	for _, name := range []string{"outboxrelay_build_info", "go_goroutines", "process_cpu_seconds_total"} {
 		require.Contains(t, ready.Names(), name)

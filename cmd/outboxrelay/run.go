@@ -26,7 +26,7 @@ import (
 // that reaches PostgreSQL and RabbitMQ on their local default ports.
 type RunCmd struct {
 	DatabaseFlags
-	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest)."`
+	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest), or several separated by commas (a cluster's nodes), tried in turn at every connect."`
 	AMQPTLS
 	LogFlags
 	TableFlags

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 )
 
 // AMQPTLS are the certificate settings of an amqps:// connection. The
@@ -27,7 +28,12 @@ func (t AMQPTLS) config(amqpURL string) (*tls.Config, error) {
 	if t.CA == "" && t.Cert == "" && t.Key == "" {
 		return nil, nil
 	}
-	if u, err := url.Parse(amqpURL); err == nil && u.Scheme != "amqps" {
+	secure := false
+	for _, raw := range strings.Split(amqpURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		secure = secure || err != nil || u.Scheme == "amqps"
+	}
+	if !secure {
 		return nil, errors.New("--amqp-ca, --amqp-cert and --amqp-key need an amqps:// URL in --amqp-url / AMQP_URL")
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
