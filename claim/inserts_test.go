@@ -90,12 +90,7 @@ func TestNotifyWaitersCountsCommitsQueuedOnTheNotifyLock(t *testing.T) {
 	url, pool := testkit.NewOutbox(t)
 	s, err := claim.New(pool, claim.Config{})
 	require.NoError(t, err)
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("pool_max_conns", "16")
-	u.RawQuery = q.Encode()
-	notifiers := testkit.NewPool(t, u.String())
+	notifiers := testkit.NewPoolOf(t, url, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	var producers sync.WaitGroup
 	t.Cleanup(func() { cancel(); producers.Wait() })

@@ -597,11 +597,7 @@ func TestWaitReadyWhileBlocked(t *testing.T) {
 
 func TestDialFailsFast(t *testing.T) {
 	t.Parallel()
-	// A port nothing listens on.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := closedAddr(t)
 
 	for _, tc := range []struct {
 		name string

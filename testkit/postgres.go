@@ -85,6 +85,25 @@ func NewPool(t testing.TB, databaseURL string) *pgxpool.Pool {
 	return pool
 }
 
+// NewPoolOf is NewPool with room for conns connections: enough for that
+// many goroutines to hold one each at once.
+func NewPoolOf(t testing.TB, databaseURL string, conns int) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		t.Fatalf("testkit: pool: %v", redact.Error(err, databaseURL))
+	}
+	cfg.MaxConns = int32(conns)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testkit: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // Exec runs sql on the pool and fails the test on error.
 func Exec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	t.Helper()

@@ -63,12 +63,7 @@ func TestProducersQueuedOnTheNotifyLockCloseTheGate(t *testing.T) {
 	queue := testkit.NewQueue(t, exchange, "#")
 	startRelay(t, relayEnv(dbURL, exchange), "--busy-rate=1000000", "--poll-interval=1h")
 
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("pool_max_conns", "16")
-	u.RawQuery = q.Encode()
-	producers := testkit.NewPool(t, u.String())
+	producers := testkit.NewPoolOf(t, dbURL, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
 		inserted atomic.Int64
