@@ -45,12 +45,27 @@ type counter struct {
 
 func newCounter(t *testing.T, exchange string) *counter {
 	t.Helper()
+	return newCounterOn(t, exchange, broker{urls: []string{testkit.AMQPURL()}})
+}
+
+// broker is where a counter consumes: the first of urls that answers, on
+// a classic queue or, with quorum, a quorum queue (whose exchange it then
+// declares too, as a durable topic exchange, since the relay may not have
+// yet).
+type broker struct {
+	urls   []string
+	quorum bool
+}
+
+// newCounterOn is newCounter on b.
+func newCounterOn(t *testing.T, exchange string, b broker) *counter {
+	t.Helper()
 	c := &counter{seen: map[string]map[string]int{}, arrived: map[string][]time.Time{}, redelivered: map[string]int{},
 		orders: map[string]*testkit.OrderTally{}, change: make(chan struct{}, 1)}
 	queue := testkit.UniqueName("outboxrelay_faults")
 	// The first connection is made here, so that a broker that is not
 	// there fails the test at once; the later ones in the background.
-	conn, deliveries, err := dial(queue, exchange)
+	conn, deliveries, err := dial(b, queue, exchange)
 	if err != nil {
 		t.Fatalf("counting consumer: %v", err)
 	}
@@ -62,7 +77,7 @@ func newCounter(t *testing.T, exchange string) *counter {
 			c.record(deliveries)
 			conn.Close()
 			for {
-				conn, deliveries, err = dial(queue, exchange)
+				conn, deliveries, err = dial(b, queue, exchange)
 				if err == nil {
 					break
 				}
@@ -88,7 +103,7 @@ func newCounter(t *testing.T, exchange string) *counter {
 		c.mu.Unlock()
 		conn.Close() // ends record; a connection dialled after cancel closes itself
 		wg.Wait()
-		if conn, err := amqp.Dial(testkit.AMQPURL()); err == nil {
+		if conn, err := connect(b); err == nil {
 			if ch, err := conn.Channel(); err == nil {
 				_, _ = ch.QueueDelete(queue, false, false, false)
 			}
@@ -100,14 +115,21 @@ func newCounter(t *testing.T, exchange string) *counter {
 
 // dial connects, declares the durable queue bound to every routing key of
 // exchange (idempotent) and starts consuming it with manual acks.
-func dial(queue, exchange string) (*amqp.Connection, <-chan amqp.Delivery, error) {
-	conn, err := amqp.Dial(testkit.AMQPURL())
+func dial(b broker, queue, exchange string) (*amqp.Connection, <-chan amqp.Delivery, error) {
+	conn, err := connect(b)
 	if err != nil {
 		return nil, nil, err
 	}
 	ch, err := conn.Channel()
+	var args amqp.Table
+	if b.quorum {
+		args = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+		if err == nil {
+			err = ch.ExchangeDeclare(exchange, amqp.ExchangeTopic, true, false, false, false, nil)
+		}
+	}
 	if err == nil {
-		_, err = ch.QueueDeclare(queue, true, false, false, false, nil)
+		_, err = ch.QueueDeclare(queue, true, false, false, false, args)
 	}
 	if err == nil {
 		err = ch.QueueBind(queue, "#", exchange, false, nil)
@@ -124,6 +146,18 @@ func dial(queue, exchange string) (*amqp.Connection, <-chan amqp.Delivery, error
 		return nil, nil, err
 	}
 	return conn, deliveries, nil
+}
+
+// connect connects to the first of b's URLs that answers.
+func connect(b broker) (*amqp.Connection, error) {
+	var err error
+	for _, u := range b.urls {
+		var conn *amqp.Connection
+		if conn, err = amqp.Dial(u); err == nil {
+			return conn, nil
+		}
+	}
+	return nil, err
 }
 
 // record counts deliveries, acknowledging them once counted, 256 at a
