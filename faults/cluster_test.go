@@ -90,7 +90,7 @@ func newRabbitCluster(t *testing.T) *rabbitCluster {
 		}
 		c.nodes = append(c.nodes, n)
 		cmd := exec.Command(rabbitBin+"rabbitmq-server", "-detached")
-		cmd.Env = c.env(n)
+		cmd.Env, cmd.Dir = c.env(n), n.dir // an erl_crash.dump lands there
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("RabbitMQ cluster: start %s: %v: %s", n.name, err, out)
 		}
@@ -186,7 +186,7 @@ func (c *rabbitCluster) ctlErr(n rabbitNode, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, rabbitBin+"rabbitmqctl", append([]string{"-n", n.name}, args...)...)
-	cmd.Env = c.env(n)
+	cmd.Env, cmd.Dir = c.env(n), n.dir
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
