@@ -21,7 +21,7 @@ import (
 
 // DatabaseFlags reach PostgreSQL.
 type DatabaseFlags struct {
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL connection URL; pool settings (pool_max_conns) and search_path may be given in it."`
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL connection URL; pool settings (pool_max_conns) and search_path may be given in it, and several hosts (pg-1:5432,pg-2:5432) to follow a failover: the relay connects only to a server that takes writes (target_session_attrs=read-write)."`
 }
 
 // LogFlags shape the logs.
@@ -62,12 +62,17 @@ func (f DatabaseFlags) poolConfig(store claim.Config, workers int) (*pgxpool.Con
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "outboxrelay"
 	}
+	if err := requirePrimary(&cfg.ConnConfig.Config, f.DatabaseURL, "--database-url / DATABASE_URL"); err != nil {
+		return nil, err
+	}
+	cfg.AfterRelease = func(c *pgx.Conn) bool { return writable(c.PgConn()) }
 	store.ConfigurePool(cfg)
 	return cfg, nil
 }
 
-// connect opens the relay's pool and proves the database reachable.
-func (f DatabaseFlags) connect(ctx context.Context, store claim.Config, workers int) (*pgxpool.Pool, error) {
+// connect opens the relay's pool and proves the database reachable,
+// waiting while the servers that answer are all standbys.
+func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store claim.Config, workers int) (*pgxpool.Pool, error) {
 	cfg, err := f.poolConfig(store, workers)
 	if err != nil {
 		return nil, err
@@ -76,9 +81,12 @@ func (f DatabaseFlags) connect(ctx context.Context, store claim.Config, workers 
 	if err != nil {
 		return nil, usagef("PostgreSQL at %s: %v", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL))
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
+	err = awaitPrimary(ctx, log, f.DatabaseURL, func(ctx context.Context) error {
+		pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		return pool.Ping(pingCtx)
+	})
+	if err != nil {
 		pool.Close()
 		hint := ""
 		if strings.Contains(err.Error(), "unsupported startup parameter") {
@@ -95,17 +103,27 @@ const pgbouncerHint = "; this looks like PgBouncer: through a transaction-mode p
 	"(OUTBOX_LISTENER_URL) a direct URL, or poll only with --no-listen, and the relay keeps no session state on --database-url"
 
 // sessionConn opens one plain connection to rawURL for the migrations,
-// and proves it a session of its own: through a transaction-mode pooler
-// their advisory lock would not hold.
-func sessionConn(ctx context.Context, rawURL, flag string) (*pgx.Conn, error) {
+// on a primary (waiting while only standbys answer), and proves it a
+// session of its own: through a transaction-mode pooler their advisory
+// lock would not hold.
+func sessionConn(ctx context.Context, log *slog.Logger, rawURL, flag string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
 		return nil, usagef("%s: %v", flag, redact.Error(err, rawURL))
 	}
+	if err := requirePrimary(&cfg.Config, rawURL, flag); err != nil {
+		return nil, err
+	}
 	cfg.RuntimeParams["application_name"] = "outboxrelay-migrate"
+	var conn *pgx.Conn
+	err = awaitPrimary(ctx, log, rawURL, func(ctx context.Context) (err error) {
+		connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		conn, err = pgx.ConnectConfig(connCtx, cfg)
+		return err
+	})
 	connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(connCtx, cfg)
 	if err != nil {
 		return nil, usagef("PostgreSQL at %s unreachable: %v", redact.URL(rawURL), redact.Error(err, rawURL))
 	}

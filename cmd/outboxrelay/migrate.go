@@ -17,7 +17,7 @@ type MigrateCmd struct {
 // Run applies the migrations and reports the version reached.
 func (c *MigrateCmd) Run(ctx context.Context, stderr io.Writer) error {
 	log := c.logger(stderr).With("component", "migrate")
-	conn, err := sessionConn(ctx, c.DatabaseURL, "--database-url / DATABASE_URL")
+	conn, err := sessionConn(ctx, log, c.DatabaseURL, "--database-url / DATABASE_URL")
 	if err != nil {
 		return err
 	}

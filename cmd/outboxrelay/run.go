@@ -166,7 +166,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			err = nil
 		}
 	}()
-	pool, err := c.connect(ctx, cc, c.Workers)
+	pool, err := c.connect(ctx, log, cc, c.Workers)
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 
 	if c.Migrate {
 		url, flag := c.sessionURL()
-		conn, err := sessionConn(ctx, url, flag)
+		conn, err := sessionConn(ctx, log, url, flag)
 		if err != nil {
 			return err
 		}
@@ -225,6 +225,9 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		url, flag := c.sessionURL()
 		if session, err = pgx.ParseConfig(url); err != nil {
 			return usagef("%s: %v", flag, redact.Error(err, url))
+		}
+		if err := requirePrimary(&session.Config, url, flag); err != nil {
+			return err // LISTEN is refused on a standby
 		}
 		listener, err = notify.New(notify.Config{
 			ConnConfig: session,
