@@ -20,6 +20,7 @@ const (
 	WorkloadIdle     = "idle"
 	WorkloadProducer = "producer"
 	WorkloadOrdered  = "ordered"
+	WorkloadScale    = "scale"
 )
 
 // Systems a workload runs on.
@@ -35,7 +36,7 @@ const (
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale}
 
 // maxEventNumber is the largest event number the 12 hex digits of an event
 // id can carry.
@@ -67,7 +68,7 @@ type Config struct {
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
 	// Only selects workloads by name (drain, steady, idle, producer,
-	// ordered). They always run in that order. Default: all five.
+	// ordered, scale). They always run in that order. Default: all six.
 	Only []string
 	// DrainEvents is the backlog the drain workload delivers. Default 100000.
 	DrainEvents int
@@ -109,6 +110,9 @@ type Config struct {
 	// events are spread over; a multiple of Producers, so each aggregate
 	// has one producer. Default 1000.
 	OrderedSteadyAggregates int
+	// ScaleRelays are the relay counts the scale workload drains
+	// DrainEvents with, side by side on one table. Default [1, 2, 3].
+	ScaleRelays []int
 	// DrainWait bounds every wait for events still on their way: after
 	// steady and idle producers stop, between producer runs, and, as the
 	// longest stretch without progress, during a drain. Default 60s.
@@ -151,6 +155,9 @@ func (c Config) withDefaults() Config {
 	c.OrderedDistinctTime = cmp.Or(c.OrderedDistinctTime, 30*time.Second)
 	c.OrderedSteadyRate = cmp.Or(c.OrderedSteadyRate, 1000)
 	c.OrderedSteadyAggregates = cmp.Or(c.OrderedSteadyAggregates, 1000)
+	if len(c.ScaleRelays) == 0 {
+		c.ScaleRelays = []int{1, 2, 3}
+	}
 	c.DrainWait = cmp.Or(c.DrainWait, 60*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -178,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if bad := firstBelow(c.ProducerConcurrency, 1); bad != "" {
 		return fmt.Errorf("bench: ProducerConcurrency %s: must be at least 1", bad)
+	}
+	if bad := firstBelow(c.ScaleRelays, 1); bad != "" {
+		return fmt.Errorf("bench: ScaleRelays %s: must be at least 1", bad)
 	}
 	switch {
 	case c.Schema == "" || len(c.Schema) > 63:
@@ -258,6 +268,7 @@ func (c Config) Flags() []string {
 		"--ordered-distinct-time=" + c.OrderedDistinctTime.String(),
 		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),
 		"--ordered-steady-aggregates=" + strconv.Itoa(c.OrderedSteadyAggregates),
+		"--scale-relays=" + joinInts(c.ScaleRelays),
 		"--drain-wait=" + c.DrainWait.String(),
 	}
 	for _, a := range c.RelayArgs {

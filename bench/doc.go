@@ -1,7 +1,7 @@
 // Package bench measures outboxrelay against a naive poller and against the
 // broker's own ceiling, on a real PostgreSQL and a real RabbitMQ.
 //
-// Run drives five workloads, each selectable through Config.Only:
+// Run drives six workloads, each selectable through Config.Only:
 //
 //   - drain: a backlog of Config.DrainEvents pending rows, written in one
 //     statement while no relay runs, is delivered from the relay's start to
@@ -22,6 +22,9 @@
 //     Config.OrderedSteadyRate spread over Config.OrderedSteadyAggregates
 //     on the same three. The consumer counts first arrivals out of order
 //     per aggregate on all of them.
+//   - scale: the drain's backlog delivered by each of Config.ScaleRelays
+//     relays side by side on the one table, started together; their cost
+//     is summed.
 //
 // Unordered systems always run without the ordering index (it is dropped
 // before them), so their figures do not pay for it; ordered relays run

@@ -111,6 +111,8 @@ func AppendJSON(path string, started time.Time, m Machine, cfg Config, results [
 // label names a result's workload with its parameter.
 func label(r Result) string {
 	switch {
+	case r.Workload == WorkloadScale:
+		return r.Workload + " " + strconv.Itoa(r.Relays) + "×"
 	case r.Workload == WorkloadOrdered && r.TargetRate > 0:
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s over " + strconv.Itoa(r.Aggregates)
 	case r.Workload == WorkloadOrdered:

@@ -4,7 +4,7 @@ package bench
 // do not apply, or were not measured, are nil (null in JSON, "-" in the
 // table).
 type Result struct {
-	// Workload is drain, steady, idle, producer or ordered.
+	// Workload is drain, steady, idle, producer, ordered or scale.
 	Workload string `json:"workload"`
 	// System is relay, naive, ceiling, keyscan or distinct (the last two
 	// are the ordered relay with that design).
@@ -24,6 +24,8 @@ type Result struct {
 	// Aggregates is how many aggregates the ordered workload's events are
 	// spread over.
 	Aggregates int `json:"aggregates,omitempty"`
+	// Relays is how many relays drained side by side (scale).
+	Relays int `json:"relays,omitempty"`
 	// PerAggregate is how many events each aggregate has in an ordered
 	// drain's backlog.
 	PerAggregate int `json:"per_aggregate,omitempty"`

@@ -39,6 +39,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadIdle, r.idle},
 		{WorkloadProducer, r.producer},
 		{WorkloadOrdered, r.ordered},
+		{WorkloadScale, r.scale},
 	} {
 		if !cfg.runs(w.name) {
 			continue
@@ -247,12 +248,23 @@ func (r *runner) warmUp(ctx context.Context, sys *system, ps *producers) error {
 
 // await waits until want events of rec have arrived and reports whether
 // they did. It gives up after limit or, with stall, once limit passes
-// without a new arrival. It fails if ctx ends, the consumer stops or sys
-// (if any) exits.
-func (r *runner) await(ctx context.Context, rec *record, want int64, limit time.Duration, stall bool, sys *system) (bool, error) {
-	var exited <-chan struct{}
-	if sys != nil {
-		exited = sys.proc.Done()
+// without a new arrival. It fails if ctx ends, the consumer stops or one
+// of systems (nil for none) exits.
+func (r *runner) await(ctx context.Context, rec *record, want int64, limit time.Duration, stall bool, systems ...*system) (bool, error) {
+	exited := make(chan *system, len(systems))
+	done := make(chan struct{})
+	defer close(done)
+	for _, sys := range systems {
+		if sys == nil {
+			continue
+		}
+		go func() {
+			select {
+			case <-sys.proc.Done():
+				exited <- sys
+			case <-done:
+			}
+		}()
 	}
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
@@ -268,7 +280,7 @@ func (r *runner) await(ctx context.Context, rec *record, want int64, limit time.
 			return false, ctx.Err()
 		case <-r.consumer.Done():
 			return false, r.consumer.Err()
-		case <-exited:
+		case sys := <-exited:
 			return false, sys.proc.exitError()
 		}
 	}

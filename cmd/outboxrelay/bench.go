@@ -22,7 +22,7 @@ type BenchCmd struct {
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
 	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
 	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
-	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered" help:"Workloads to run: drain, steady, idle, producer, ordered."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale" help:"Workloads to run: drain, steady, idle, producer, ordered, scale."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
 	DrainEvents    int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
@@ -35,6 +35,7 @@ type BenchCmd struct {
 	IdleInterval   time.Duration `name:"idle-interval" default:"200ms" group:"Workloads" help:"Time between idle events."`
 	ProducerConc   []int         `name:"producer-concurrency" default:"1,8,32" group:"Workloads" help:"Connection counts of the producer workload."`
 	ProducerDur    time.Duration `name:"producer-duration" default:"5s" group:"Workloads" help:"How long each producer run inserts."`
+	ScaleRelays    []int         `name:"scale-relays" default:"1,2,3" group:"Workloads" help:"Relay counts the scale workload drains --drain-events with, side by side."`
 	DrainWait      time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
 	OrderedShapes       []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
@@ -53,6 +54,7 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 		RelayArgs:           c.RelayArg,
 		Only:                c.Only,
 		DrainEvents:         c.DrainEvents,
+		ScaleRelays:         c.ScaleRelays,
 		PayloadBytes:        c.PayloadBytes,
 		NaiveDrainTime:      c.NaiveDrainTime,
 		SteadyRates:         c.SteadyRates,

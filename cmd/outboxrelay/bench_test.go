@@ -42,7 +42,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--producer-concurrency=1,2", "--producer-duration=500ms",
 		"--ordered-shapes=20x5,50x1,1x40", "--ordered-distinct-time=60s",
 		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
-		"--drain-wait=30s")
+		"--scale-relays=1,2", "--drain-wait=30s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 45 * time.Second
@@ -78,6 +78,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"idle", "relay"}: 1, {"idle", "naive"}: 1,
 		{"producer", "relay"}: 4, {"producer", "keyscan"}: 2,
 		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4, {"ordered", "distinct"}: 4,
+		{"scale", "relay"}: 2,
 	}, counts)
 
 	drain := byRow[[2]string{"drain", "relay"}]
@@ -105,6 +106,20 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 			require.Equal(t, r.System == "keyscan", *r.OrderingIndex, "producer c=%d %s", r.Concurrency, r.System)
 		}
 	}
+	var relays []int
+	for _, r := range rows {
+		if r.Workload != "scale" {
+			continue
+		}
+		relays = append(relays, r.Relays)
+		require.NotNil(t, r.Lost, "scale %d", r.Relays)
+		require.Zero(t, *r.Lost, "scale %d: lost events", r.Relays)
+		require.Zero(t, r.Duplicates, "scale %d: duplicates", r.Relays)
+		require.EqualValues(t, 300, r.Events, "scale %d", r.Relays)
+		require.NotNil(t, r.Cost, "scale %d", r.Relays)
+	}
+	require.Equal(t, []int{1, 2}, relays)
+	require.Contains(t, stdout.String(), "scale 2×")
 	ordered := 0
 	for _, r := range rows {
 		if r.Workload != "ordered" {
