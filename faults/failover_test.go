@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -154,6 +155,16 @@ func (p *pgPair) relaySessions(i int) int {
 	return p.query(i, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'outboxrelay%'")
 }
 
+// awaitListener waits until the relay's listener has a session on
+// cluster i, the primary: LISTEN is refused on a standby, so a listener
+// that followed the failover is there.
+func (p *pgPair) awaitListener(i int) {
+	p.t.Helper()
+	testkit.WaitFor(p.t, time.Minute, "the relay's listener on "+pairNames[i], func() bool {
+		return p.query(i, "SELECT count(*) FROM pg_stat_activity WHERE application_name = '"+notify.ApplicationName+"'") == 1
+	})
+}
+
 // Scenario 13: a PostgreSQL primary and its synchronous standby, which
 // the relay and the producers both reach through one multi-host URL
 // (host=primary,standby); the relay's is given without
@@ -206,6 +217,7 @@ func TestPostgresFailover(t *testing.T) {
 		end.committed, end.at.Sub(killed).Round(time.Millisecond))
 	wait()
 	w.settle(&o, tag, events, end)
+	pg.awaitListener(1)
 
 	pg.backup(0, 1)
 	pg.ctl(0, "start")
@@ -215,6 +227,7 @@ func TestPostgresFailover(t *testing.T) {
 	back := w.ended("old-primary-back")
 	o.Faults++
 	w.settle(&o, "old-primary-back", after, back)
+	pg.awaitListener(1)
 	if n := pg.relaySessions(0); n != 0 {
 		t.Errorf("the relay holds %d sessions on the old primary, now a standby", n)
 	}
