@@ -64,7 +64,8 @@ func newRabbitCluster(t *testing.T) *rabbitCluster {
 	c := &rabbitCluster{t: t}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
-			if out, err := c.ctlErr(n, "stop"); err != nil {
+			// With its pid file, stop waits until the node's process is gone.
+			if out, err := c.ctlErr(n, "stop", filepath.Join(n.dir, "pid")); err != nil {
 				t.Logf("RabbitMQ cluster: stop %s: %v: %s", n.name, err, out)
 			}
 		}
