@@ -58,6 +58,9 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	if err != nil {
 		return nil, nil, usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
 	}
+	if err := requirePrimary(&cfg.Config, f.DatabaseURL, "--database-url / DATABASE_URL"); err != nil {
+		return nil, nil, err // the commands read what the relay writes, and some write
+	}
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "outboxrelay-admin"
 	}
@@ -69,7 +72,11 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(connCtx, cfg)
 	if err != nil {
-		return nil, nil, usagef("PostgreSQL at %s unreachable: %v", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL))
+		hint := ""
+		if noPrimary(err) {
+			hint = "; no server of the URL takes writes: the primary is down, or a failover is under way"
+		}
+		return nil, nil, usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
 	}
 	closeConn := func() { conn.Close(context.WithoutCancel(ctx)) }
 	timeout := map[string]string{"statement_timeout": strconv.FormatInt(f.QueryTimeout.Milliseconds(), 10)}

@@ -101,12 +101,16 @@ func TestStatusCommand(t *testing.T) {
 func TestAdminCommandsExitTwoOnBadConfiguration(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := testkit.NewOutbox(t)
+	standbyURL, _ := testkit.NewOutbox(t)
+	readOnly(t, standbyURL, true) // what a standby is to a new session
 	for _, tc := range []struct {
 		name string
 		env  []string
 		args []string
 		want string
 	}{
+		{"only a standby answering", adminEnv(multiHost(t, standbyURL)), []string{"requeue", "--all"}, "no server of the URL takes writes"},
+		{"a standby asked for", adminEnv(withParam(dbURL, "target_session_attrs=standby")), []string{"status"}, "target_session_attrs=standby"},
 		{"missing table", adminEnv(dbURL), []string{"status", "--table=nope"}, "--table nope"},
 		{"missing schema", adminEnv(dbURL), []string{"dead", "--table=nope.outbox"}, "--table nope.outbox"},
 		{"missing column", adminEnv(dbURL), []string{"dead", "--column-event-type=kind"}, "--column-*"},

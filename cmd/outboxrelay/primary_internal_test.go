@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -52,4 +53,34 @@ func sep(url string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// TestRequirePrimaryReadsTheURLsSessionAttrs: the relay adds read-write
+// where a URL asks for nothing or any server, keeps read-write and
+// primary, and refuses the rest, in URL and keyword/value form alike.
+func TestRequirePrimaryReadsTheURLsSessionAttrs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url     string
+		refused string // the value named in the error; "" when accepted
+	}{
+		{"postgres://h/db", ""},
+		{"postgres://h1,h2/db?target_session_attrs=any", ""},
+		{"postgres://h1,h2/db?sslmode=disable&target_session_attrs=read-write", ""},
+		{"postgres://h1,h2/db?target_session_attrs=primary", ""},
+		{"host=h1,h2 dbname=db target_session_attrs='read-write'", ""},
+		{"postgres://h1,h2/db?target_session_attrs=standby", "standby"},
+		{"postgres://h1,h2/db?target_session_attrs=prefer-standby&sslmode=disable", "prefer-standby"},
+		{"host=h1,h2 target_session_attrs=read-only dbname=db", "read-only"},
+	} {
+		cfg, err := pgconn.ParseConfig(tc.url)
+		require.NoError(t, err, tc.url)
+		err = requirePrimary(cfg, tc.url, "--database-url")
+		if tc.refused != "" {
+			require.ErrorContains(t, err, "target_session_attrs="+tc.refused+": the relay writes", tc.url)
+			continue
+		}
+		require.NoError(t, err, tc.url)
+		require.NotNil(t, cfg.ValidateConnect, "%s: every connection is checked for writes", tc.url)
+	}
 }
