@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,15 @@ func NewDatabase(t testing.TB) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// WithParam is the URL databaseURL with one more query parameter, given
+// as name=value.
+func WithParam(databaseURL, param string) string {
+	if strings.Contains(databaseURL, "?") {
+		return databaseURL + "&" + param
+	}
+	return databaseURL + "?" + param
 }
 
 // NewPool opens a pool on databaseURL that is closed when the test ends.

@@ -110,7 +110,7 @@ func TestAdminCommandsExitTwoOnBadConfiguration(t *testing.T) {
 		want string
 	}{
 		{"only a standby answering", adminEnv(multiHost(t, standbyURL)), []string{"requeue", "--all"}, "no server of the URL takes writes"},
-		{"a standby asked for", adminEnv(withParam(dbURL, "target_session_attrs=standby")), []string{"status"}, "target_session_attrs=standby"},
+		{"a standby asked for", adminEnv(testkit.WithParam(dbURL, "target_session_attrs=standby")), []string{"status"}, "target_session_attrs=standby"},
 		{"missing table", adminEnv(dbURL), []string{"status", "--table=nope"}, "--table nope"},
 		{"missing schema", adminEnv(dbURL), []string{"dead", "--table=nope.outbox"}, "--table nope.outbox"},
 		{"missing column", adminEnv(dbURL), []string{"dead", "--column-event-type=kind"}, "--column-*"},

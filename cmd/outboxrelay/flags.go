@@ -122,12 +122,12 @@ func sessionConn(ctx context.Context, log *slog.Logger, rawURL, flag string) (*p
 		conn, err = pgx.ConnectConfig(connCtx, cfg)
 		return err
 	})
-	connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
 	if err != nil {
 		return nil, usagef("PostgreSQL at %s unreachable: %v", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
-	if err := migrations.RequireSession(connCtx, conn); err != nil {
+	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := migrations.RequireSession(checkCtx, conn); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		if errors.Is(err, migrations.ErrTransactionPooled) {
 			return nil, usagef("%s %s: %v; run `outboxrelay migrate` with a direct DATABASE_URL, "+

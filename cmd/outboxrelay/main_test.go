@@ -135,7 +135,7 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"unknown ordering", relayEnv(url, exchange, "OUTBOX_ORDERING=sideways"), nil, "ordering"},
 		{"id in the ordering key", relayEnv(url, exchange), []string{"--ordering=aggregate", "--ordering-key=aggregate_id,id"}, "--ordering-key"},
 		{"ordered without its index", relayEnv(url, exchange), []string{"--no-migrate", "--ordering=aggregate"}, "no ordering index"},
-		{"a standby asked for", relayEnv(withParam(url, "target_session_attrs=standby"), exchange), nil, "target_session_attrs=standby"},
+		{"a standby asked for", relayEnv(testkit.WithParam(url, "target_session_attrs=standby"), exchange), nil, "target_session_attrs=standby"},
 		{"unreachable database", relayEnv("postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=5", exchange), nil, "PostgreSQL"},
 		{"unreachable RabbitMQ", relayEnv(url, exchange, "AMQP_URL=amqp://u:s3cret@127.0.0.1:1/"), nil, "RabbitMQ"},
 		{"no RabbitMQ of a list answering", relayEnv(url, exchange, "AMQP_URL=amqp://u:s3cret@127.0.0.1:1/,amqp://v:s3cret2@127.0.0.1:2/"), nil, "none of 2 brokers answered"},
@@ -153,14 +153,6 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 	}
 	require.Equal(t, int64(10), testkit.QueryInt(t, pool,
 		`SELECT count(*) FROM outbox WHERE status = 'pending' AND attempts = 0 AND lease_id IS NULL`), "nothing may be claimed")
-}
-
-// withParam is url with one more query parameter.
-func withParam(url, param string) string {
-	if strings.Contains(url, "?") {
-		return url + "&" + param
-	}
-	return url + "?" + param
 }
 
 func TestMigrationsTwiceAndConcurrently(t *testing.T) {

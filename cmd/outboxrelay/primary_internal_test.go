@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 func TestAConnectionTurnedReadOnlyIsDropped(t *testing.T) {
 	t.Parallel()
 	dbURL := testkit.NewDatabase(t)
-	cfg, err := DatabaseFlags{DatabaseURL: dbURL + sep(dbURL) + "pool_max_conns=1"}.poolConfig(claim.Config{}, 1)
+	cfg, err := DatabaseFlags{DatabaseURL: testkit.WithParam(dbURL, "pool_max_conns=1")}.poolConfig(claim.Config{}, 1)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -45,14 +44,6 @@ func TestAConnectionTurnedReadOnlyIsDropped(t *testing.T) {
 	require.Equal(t, first, fenced)
 	next := pid("CREATE TABLE written (n int)")
 	require.NotEqual(t, fenced, next, "the read-only connection was handed out again")
-}
-
-// sep is what joins one more query parameter to url.
-func sep(url string) string {
-	if strings.Contains(url, "?") {
-		return "&"
-	}
-	return "?"
 }
 
 // TestRequirePrimaryReadsTheURLsSessionAttrs: the relay adds read-write
