@@ -108,7 +108,7 @@ func pooledStore(t *testing.T, directURL string, cfg claim.Config) (*pgxpool.Poo
 }
 
 // Every statement of the store works through PgBouncer in transaction
-// mode, unordered and ordered, many times over on four client connections
+// mode, MarkAndClaim's batch among them, unordered and ordered, many times over on four client connections
 // that share server connections: a prepared statement or a startup
 // parameter would fail here (PgBouncer 1.18 refuses the one and loses the
 // other between transactions).
@@ -125,11 +125,16 @@ func TestPooledStoreWorksThroughPgBouncer(t *testing.T) {
 			require.NoError(t, s.Check(ctx))
 			require.NoError(t, s.CheckTrigger(ctx))
 
-			var published int64
+			var (
+				published int64
+				marks     []int64 // for the next claim to mark
+			)
 			for round := 0; published < 200; round++ {
 				require.Less(t, round, 1000, "the store stopped making progress")
-				b, err := s.Claim(ctx, 10)
+				b, err := s.MarkAndClaim(ctx, marks, 10)
 				require.NoError(t, err)
+				published += int64(len(marks))
+				marks = nil
 				if len(b.Events) == 0 {
 					continue // the retried event waits out its 1 ms
 				}
@@ -148,6 +153,10 @@ func TestPooledStoreWorksThroughPgBouncer(t *testing.T) {
 					require.NoError(t, err)
 					require.Len(t, res.Due, 1)
 					ids = ids[2:]
+				}
+				if round%2 == 0 {
+					marks = ids
+					continue
 				}
 				n, err = s.MarkPublished(ctx, ids)
 				require.NoError(t, err)

@@ -32,6 +32,11 @@ type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// batchSender sends statements in one round trip; *pgxpool.Pool is one.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // Event is one claimed outbox row.
 type Event struct {
 	ID            int64
@@ -94,8 +99,13 @@ type RetryResult struct {
 
 // Store runs the outbox statements against one table.
 type Store struct {
-	db     DB
-	cfg    Config
+	db  DB
+	cfg Config
+	// sender is db's way of sending a batch of statements, if it has one
+	// (MarkAndClaim); local, under Config.Pooled, the settings db applies
+	// to each statement, which a batch sent to sender must apply itself.
+	sender batchSender
+	local  *LocalSettings
 	jitter func() float64
 	q      queries
 	// eventSize is a running average of the bytes per event Claim has
@@ -135,14 +145,17 @@ func New(db DB, cfg Config) (*Store, error) {
 	if jitter == nil {
 		jitter = rand.Float64
 	}
+	s := &Store{db: db, cfg: cfg, jitter: jitter, q: q}
+	s.sender, _ = db.(batchSender)
 	if cfg.Pooled {
 		conn, ok := db.(Conn)
 		if !ok {
 			return nil, errors.New("claim: Config.Pooled needs a DB that sends batches and begins transactions, as *pgxpool.Pool does")
 		}
-		db = NewLocalSettings(conn, cfg.Settings())
+		s.local = NewLocalSettings(conn, cfg.Settings())
+		s.db = s.local
 	}
-	return &Store{db: db, cfg: cfg, jitter: jitter, q: q}, nil
+	return s, nil
 }
 
 // Config returns the store's configuration with defaults filled in.
@@ -244,6 +257,16 @@ const smallBatch = 16
 // them than fit in Config.MaxBatchBytes (but at least one). An empty batch
 // means nothing is claimable now.
 func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
+	return s.MarkAndClaim(ctx, nil, limit)
+}
+
+// MarkAndClaim marks published as MarkPublished does and then claims as
+// Claim does, in one round trip and one transaction: the claim runs after
+// the mark, and sees it (an ordered claim finds the aggregates the mark
+// unblocked). A relay that settles one batch and claims the next saves a
+// round trip and a commit. An error leaves neither done: the marks are
+// rolled back with the claim.
+func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) (Batch, error) {
 	var lease LeaseID
 	if _, err := crand.Read(lease[:]); err != nil {
 		return Batch{}, fmt.Errorf("claim batch: lease id: %w", err)
@@ -264,9 +287,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 	if ordered {
 		args = append(args, s.cursor.Load(), s.depth.heads(limit))
 	}
-	rows, err := s.db.Query(ctx, s.q.claim, args...)
+	rows, err := s.claimRows(ctx, published, args)
 	if err != nil {
-		return Batch{}, fmt.Errorf("claim batch: %w", err)
+		return Batch{}, err
 	}
 	// Room for a small batch only: at everyday rates a claim takes one
 	// event or a few, and zeroing room for limit events on every claim was
@@ -361,6 +384,49 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 		s.depth.observe(limit, keys)
 	}
 	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease, More: more}, nil
+}
+
+// claimRows runs the claim statement with args, after the mark of
+// published if there are any: both are sent in one pgx batch, which pgx
+// sends in one round trip with one Sync, so the two run in one implicit
+// transaction, each statement under its own snapshot.
+func (s *Store) claimRows(ctx context.Context, published []int64, args []any) (pgx.Rows, error) {
+	if len(published) == 0 {
+		rows, err := s.db.Query(ctx, s.q.claim, args...)
+		if err != nil {
+			return nil, fmt.Errorf("claim batch: %w", err)
+		}
+		return rows, nil
+	}
+	if s.sender == nil {
+		if _, err := s.db.Exec(ctx, s.q.markPublished, published); err != nil {
+			return nil, fmt.Errorf("mark published: %w", err)
+		}
+		return s.claimRows(ctx, nil, args)
+	}
+	b := &pgx.Batch{}
+	if s.local != nil {
+		b.Queue(s.local.sql, s.local.args...)
+	}
+	b.Queue(s.q.markPublished, published)
+	b.Queue(s.q.claim, args...)
+	br := s.sender.SendBatch(ctx, b)
+	if s.local != nil {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("claim batch: settings: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("mark published: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("claim batch: %w", err)
+	}
+	return &batchRows{Rows: rows, br: br}, nil
 }
 
 // cutAfterOverflow keeps an ordered batch gap-free once some of its rows

@@ -13,8 +13,9 @@ import (
 )
 
 // process publishes one claimed batch and settles every row of it: marked
-// published, put back for retry, dead-lettered or released. It holds the
-// batch's lease until every row is settled.
+// published (or queued for the next claim to mark, see markQueue), put back
+// for retry, dead-lettered or released. It holds the batch's lease until
+// every row is settled or queued for its mark.
 func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claimed time.Time) {
 	defer r.holdLease(drainCtx, batch, claimed)()
 	var (
@@ -39,7 +40,7 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 		}
 		results = r.pub.Publish(drainCtx, msgs)
 	}
-	confirmed := r.cfg.Clock.Now()
+	confirmedAt := r.cfg.Clock.Now()
 
 	published := make([]int64, 0, len(sent))
 	lags := make([]time.Duration, 0, len(sent))
@@ -49,7 +50,7 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 		switch {
 		case err == nil:
 			published = append(published, e.ID)
-			lags = append(lags, confirmed.Sub(e.CreatedAt))
+			lags = append(lags, confirmedAt.Sub(e.CreatedAt))
 		case errors.Is(err, errDeadLettered):
 			// Settled already, mid-batch.
 		case errors.Is(err, errHeldBack):
@@ -63,9 +64,7 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err})
 		}
 	}
-	if r.markPublished(drainCtx, published) {
-		r.obs.Published(lags, confirmed.Sub(start))
-	}
+	r.confirm(drainCtx, confirmed{ids: published, lags: lags, took: confirmedAt.Sub(start)})
 	r.retry(ctx, drainCtx, batch.Lease, failures)
 	r.release(drainCtx, batch.Lease, unsettled)
 	r.log.Debug("batch settled", "claimed", len(batch.Events), "published", len(published),
@@ -80,7 +79,6 @@ func (r *Relay) markPublished(drainCtx context.Context, ids []int64) bool {
 	if len(ids) == 0 {
 		return false
 	}
-	r.stats.published.Add(int64(len(ids)))
 	// Nearly every mark succeeds at once: that needs no timeout context,
 	// backoff or timer, which cost a batch of one event more than the rest
 	// of its mark.

@@ -43,6 +43,15 @@ type Config struct {
 	// MarkRetry is how long a failing mark is retried before giving up (the
 	// lease then expires and the events are published again). Default 30s.
 	MarkRetry time.Duration
+	// MarkDelay is how long the marks of confirmed events may wait for
+	// the next claim, which then carries them: the mark and the claim go
+	// in one round trip and one commit (claim.Store.MarkAndClaim). A
+	// worker that has waited MarkDelay with no claim to make marks them
+	// on its own, and shutdown marks what is left. Marks that wait are
+	// lost if the relay dies, and those events are published again once
+	// their lease expires. Negative marks every batch as soon as it is
+	// confirmed. Default 20ms.
+	MarkDelay time.Duration
 	// Gate, if set, lets the relay silence the outbox trigger's NOTIFY while
 	// it is busy claiming anyway (*notify.Gate has it). Default nil:
 	// producers always notify.
@@ -104,6 +113,7 @@ func (c Config) withDefaults() Config {
 	c.CleanupInterval = cmp.Or(c.CleanupInterval, time.Minute)
 	c.CleanupBatch = cmp.Or(c.CleanupBatch, 1000)
 	c.MarkRetry = cmp.Or(c.MarkRetry, 30*time.Second)
+	c.MarkDelay = cmp.Or(c.MarkDelay, 20*time.Millisecond)
 	c.BusyRate = cmp.Or(c.BusyRate, 2000)
 	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, 2*time.Millisecond)
 	if c.Logger == nil {

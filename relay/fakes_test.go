@@ -27,7 +27,7 @@ const awaitTimeout = 10 * time.Second
 
 // storeCall is one call to the fake store.
 type storeCall struct {
-	op    string // claim, mark, retry, release, extend or delete
+	op    string // claim, mark, mark+claim, retry, release, extend or delete
 	ctx   context.Context
 	lease claim.LeaseID
 	ids   []int64
@@ -51,6 +51,25 @@ func newFakeStore() *fakeStore { return &fakeStore{calls: make(chan storeCall, 1
 
 func (s *fakeStore) Claim(ctx context.Context, limit int) (claim.Batch, error) {
 	s.calls <- storeCall{op: "claim", ctx: ctx}
+	if s.claim == nil {
+		return claim.Batch{}, nil
+	}
+	return s.claim(ctx)
+}
+
+// MarkAndClaim records one call, "mark+claim", when it has marks to
+// make, and then does what the test's mark and claim functions say;
+// without marks it is Claim.
+func (s *fakeStore) MarkAndClaim(ctx context.Context, published []int64, limit int) (claim.Batch, error) {
+	if len(published) == 0 {
+		return s.Claim(ctx, limit)
+	}
+	s.calls <- storeCall{op: "mark+claim", ctx: ctx, ids: published}
+	if s.mark != nil {
+		if _, err := s.mark(ctx, published); err != nil {
+			return claim.Batch{}, err
+		}
+	}
 	if s.claim == nil {
 		return claim.Batch{}, nil
 	}
@@ -195,9 +214,11 @@ type dispatcher struct {
 	done     chan error
 }
 
-// newDispatcher returns fakes for a relay with one worker, no cleanup and
-// its fallback poll an hour away, so that nothing but the test wakes it;
-// the test scripts the fakes and adjusts cfg, then calls start.
+// newDispatcher returns fakes for a relay with one worker, no cleanup,
+// its fallback poll an hour away, so that nothing but the test wakes it,
+// and each batch marked as soon as it is confirmed (marks_test.go has the
+// marks that wait for the next claim); the test scripts the fakes and
+// adjusts cfg, then calls start.
 func newDispatcher(t *testing.T) *dispatcher {
 	clock := testkit.NewClock()
 	return &dispatcher{
@@ -209,6 +230,7 @@ func newDispatcher(t *testing.T) *dispatcher {
 			Workers:         1,
 			PollInterval:    time.Hour,
 			CleanupInterval: -1,
+			MarkDelay:       -1,
 			ShutdownTimeout: 20 * time.Second,
 			Clock:           clock,
 			Logger:          testLogger(t),

@@ -17,6 +17,9 @@ import (
 // Store is what the relay needs of the outbox store; *claim.Store has it.
 type Store interface {
 	Claim(ctx context.Context, limit int) (claim.Batch, error)
+	// MarkAndClaim marks published and then claims, in one round trip;
+	// an error leaves neither done.
+	MarkAndClaim(ctx context.Context, published []int64, limit int) (claim.Batch, error)
 	MarkPublished(ctx context.Context, ids []int64) (int64, error)
 	Retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) (claim.RetryResult, error)
 	Release(ctx context.Context, lease claim.LeaseID, ids []int64) (int64, error)
@@ -60,6 +63,7 @@ type Relay struct {
 	retryDue chan time.Duration
 	stats    stats
 	meter    meter
+	marks    markQueue
 	// inFlight counts the workers holding a batch; dry is whether the last
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
 	inFlight atomic.Int32
@@ -163,6 +167,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
 	r.live.Store(true)
 	loops.Wait()
+	r.flushMarks(drainCtx)
 	r.live.Store(false)
 	stopParts()
 	parts.Wait()
@@ -178,12 +183,17 @@ func (r *Relay) work(ctx, drainCtx context.Context) {
 	if r.listener != nil {
 		notified = r.listener.C()
 	}
+	flush := clockTimer{clock: r.cfg.Clock}
+	defer flush.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		case <-notified:
+		case <-r.markTimer(&flush):
+			r.flushMarks(drainCtx)
+			continue
 		}
 		r.pass(ctx, drainCtx)
 	}
@@ -200,15 +210,18 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		// The claim itself is not cancelled half-way: a claim whose result
 		// is lost would leave its rows leased until the lease expires.
 		claimed := r.cfg.Clock.Now() // the lease runs from no earlier than this
-		batch, err := r.store.Claim(drainCtx, r.cfg.BatchSize)
+		marks := r.marks.take()
+		batch, err := r.store.MarkAndClaim(drainCtx, markIDs(marks), r.cfg.BatchSize)
 		if err != nil {
 			r.claimMu.Lock()
 			d := r.claimBackoff.NextBackOff()
 			r.claimMu.Unlock()
 			r.log.Error("claim failed", "err", err, "retry_in", d)
+			r.settle(drainCtx, marks)
 			r.wakeAfter(ctx, d)
 			return
 		}
+		r.marked(marks)
 		r.claimMu.Lock()
 		r.claimBackoff.Reset()
 		r.claimMu.Unlock()

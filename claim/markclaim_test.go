@@ -1,0 +1,91 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// MarkAndClaim marks the last batch and claims the next: the marked rows
+// are published, and the claim takes what is claimable, not them.
+func TestMarkAndClaimMarksThenClaims(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{})
+	ctx := context.Background()
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 3) AS g RETURNING 0`)
+	first, err := s.Claim(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, first.Events, 2)
+
+	next, err := s.MarkAndClaim(ctx, ids(first.Events), 10)
+	require.NoError(t, err)
+	require.Len(t, next.Events, 1)
+	require.Equal(t, "3", next.Events[0].AggregateID)
+	require.NotEqual(t, first.Lease, next.Lease)
+	require.Equal(t, int64(2), q(`SELECT count(*) FROM outbox WHERE status = 'published' AND published_at IS NOT NULL AND lease_id IS NULL AND id = ANY ($1)`, ids(first.Events)))
+	require.Equal(t, int64(1), q(`SELECT count(*) FROM outbox WHERE status = 'pending' AND lease_id IS NOT NULL`))
+
+	none, err := s.MarkAndClaim(ctx, ids(next.Events), 10)
+	require.NoError(t, err)
+	require.Empty(t, none.Events)
+	require.Zero(t, q(`SELECT count(*) FROM outbox WHERE status = 'pending'`), "a claim that finds nothing still marks")
+}
+
+// In ordered mode the claim sees the mark made before it in the same
+// round trip: the aggregate whose head it marks is claimable again at
+// once, which a single statement (one snapshot for the mark and the claim)
+// would not see.
+func TestMarkAndClaimUnblocksTheMarkedAggregate(t *testing.T) {
+	t.Parallel()
+	for _, design := range []string{claim.DesignKeyscan, claim.DesignDistinct} {
+		t.Run(design, func(t *testing.T) {
+			t.Parallel()
+			s, pool := newOrderedStore(t, claim.Config{OrderedDesign: design})
+			insertAggregates(t, pool, 1, 2)
+			ctx := context.Background()
+			head, err := s.Claim(ctx, 1)
+			require.NoError(t, err)
+			require.Len(t, head.Events, 1)
+			blocked, err := s.Claim(ctx, 10)
+			require.NoError(t, err)
+			require.Empty(t, blocked.Events, "the aggregate's head is in flight")
+
+			next, err := s.MarkAndClaim(ctx, ids(head.Events), 10)
+			require.NoError(t, err)
+			require.Len(t, next.Events, 1, "the mark unblocked the aggregate")
+			require.Greater(t, next.Events[0].ID, head.Events[0].ID)
+		})
+	}
+}
+
+// The mark and the claim are one transaction: a claim that fails takes
+// the mark back with it, so the caller marks again and nothing is marked
+// twice or lost.
+func TestMarkAndClaimFailsWhole(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'ok', 'e', '{}')`)
+	first, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, first.Events, 1)
+	// The claim's update of this row raises; the mark touches other rows.
+	testkit.Exec(t, pool, `CREATE FUNCTION refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.attempts > OLD.attempts THEN RAISE EXCEPTION 'claim refused'; END IF;
+			RETURN NEW;
+		END $$`)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'refused', 'e', '{}')`)
+	testkit.Exec(t, pool, `CREATE TRIGGER refuse_claim BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_claim()`)
+
+	_, err = s.MarkAndClaim(ctx, ids(first.Events), 10)
+	require.ErrorContains(t, err, "claim refused")
+	require.Equal(t, int64(2), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending'`),
+		"the failed claim took its mark back")
+}
