@@ -120,38 +120,46 @@ func (p *Publisher) current() (*amqp.Connection, uint64, *coalescingConn, error)
 // would only publish the batch twice. The deadline starts afresh when the
 // broker unblocks the connection; a connection lost while blocked fails
 // the batch through its closed channel, and the caller's ctx still ends it
-// at any time.
+// at any time. A batch costs one timer: the publisher stops and restarts
+// it at each change of its state (see batchDeadline).
 func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		expire := func() { cancel(p.timeout) }
-		stop := p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, expire)
-		defer func() { stop() }()
-		wasBlocked := false
-		for {
-			p.mu.Lock()
-			blocked := p.isBlock && p.conn != nil && p.gen == gen
-			changed := p.changed
-			p.mu.Unlock()
-			switch {
-			case blocked && !wasBlocked:
-				stop()
-			case !blocked && wasBlocked:
-				stop = p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, expire)
-			}
-			wasBlocked = blocked
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			}
-		}
-	}()
+	d := &batchDeadline{gen: gen, expire: func() { cancel(p.timeout) }}
+	p.mu.Lock()
+	if p.deadlines == nil {
+		p.deadlines = make(map[*batchDeadline]struct{})
+	}
+	p.deadlines[d] = struct{}{}
+	p.updateDeadlineLocked(d)
+	p.mu.Unlock()
 	return ctx, func() {
+		p.mu.Lock()
+		delete(p.deadlines, d)
+		if d.stop != nil {
+			d.stop()
+		}
+		p.mu.Unlock()
 		cancel(context.Canceled)
-		<-done
+	}
+}
+
+// batchDeadline is the deadline of one batch in flight on connection gen.
+type batchDeadline struct {
+	gen    uint64
+	expire func()
+	stop   func() bool // stops the armed timer; nil while blocked
+}
+
+// updateDeadlineLocked stops d's timer while the broker blocks d's
+// connection and arms it afresh once it no longer does. p.mu must be held.
+func (p *Publisher) updateDeadlineLocked(d *batchDeadline) {
+	blocked := p.isBlock && p.conn != nil && p.gen == d.gen
+	switch {
+	case blocked && d.stop != nil:
+		d.stop()
+		d.stop = nil
+	case !blocked && d.stop == nil:
+		d.stop = p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, d.expire)
 	}
 }
 

@@ -46,6 +46,10 @@ type Publisher struct {
 	stopRun context.CancelFunc // cancels a running Run
 	wg      sync.WaitGroup     // returns goroutines, background channel closes
 
+	// deadlines are those of the batches in flight (batchContext); p.mu
+	// guards it.
+	deadlines map[*batchDeadline]struct{}
+
 	// scratchSem (capacity 1) serialises exchange checks on the scratch
 	// channel; p.mu guards the two fields.
 	scratchSem chan struct{}
@@ -248,10 +252,14 @@ func (p *Publisher) State() (connected, blocked bool) {
 	return p.conn != nil, p.conn != nil && p.isBlock
 }
 
-// changedLocked wakes every WaitReady. p.mu must be held.
+// changedLocked wakes every WaitReady and updates the deadline of every
+// batch in flight. p.mu must be held.
 func (p *Publisher) changedLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
+	for d := range p.deadlines {
+		p.updateDeadlineLocked(d)
+	}
 }
 
 // Run keeps the connection up until ctx ends or Close is called: it watches
