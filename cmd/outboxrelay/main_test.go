@@ -105,7 +105,7 @@ func TestHelpListsEverySettingWithItsVariable(t *testing.T) {
 		require.NotContains(t, stdout, "s3cret", "--help must not print passwords")
 	}
 	_, stdout, _ = runOnce(t, nil, "run", "--help")
-	for _, v := range []string{"AMQP_URL", "OUTBOX_BATCH_SIZE", "OUTBOX_MAX_BATCH_BYTES", "OUTBOX_WORKERS", "OUTBOX_POLL_INTERVAL", "OUTBOX_LEASE",
+	for _, v := range []string{"AMQP_URL", "OUTBOX_BATCH_SIZE", "OUTBOX_MAX_BATCH_BYTES", "OUTBOX_WORKERS", "OUTBOX_MARK_DELAY", "OUTBOX_PROCS", "OUTBOX_POLL_INTERVAL", "OUTBOX_LEASE",
 		"OUTBOX_RETENTION", "OUTBOX_TABLE", "OUTBOX_STATUS_PENDING", "OUTBOX_COLUMN_ID", "--no-migrate"} {
 		require.Contains(t, stdout, v)
 	}
@@ -128,6 +128,8 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"negative batch size from the environment", relayEnv(url, exchange, "OUTBOX_BATCH_SIZE=-5"), nil, "--batch-size -5"},
 		{"zero batch bytes", relayEnv(url, exchange, "OUTBOX_MAX_BATCH_BYTES=0"), nil, "--max-batch-bytes 0"},
 		{"not a number", relayEnv(url, exchange, "OUTBOX_WORKERS=many"), nil, "workers"},
+		{"negative mark delay", relayEnv(url, exchange, "OUTBOX_MARK_DELAY=-1ms"), nil, "--mark-delay -1ms"},
+		{"negative procs", relayEnv(url, exchange), []string{"--procs=-1"}, "--procs -1"},
 		{"unknown flag", relayEnv(url, exchange), []string{"--bogus"}, "--bogus"},
 		{"lease shorter than confirms", relayEnv(url, exchange), []string{"--lease=1s", "--confirm-timeout=5s"}, "--lease"},
 		{"bad status value", relayEnv(url, exchange), []string{"--status-pending=it's"}, "Statuses.Pending"},

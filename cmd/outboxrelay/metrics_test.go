@@ -203,3 +203,27 @@ func TestReadyzNeedsTheOutboxTrigger(t *testing.T) {
 	testkit.Exec(t, pool, `ALTER TABLE outbox ENABLE TRIGGER outbox_notify`)
 	testkit.AwaitStatus(t, addr, "/readyz", 200)
 }
+
+// --procs sets GOMAXPROCS, one by default; the Go runtime's own gauge
+// shows it.
+func TestProcsSetsGOMAXPROCS(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want float64
+	}{
+		{"default", nil, 1},
+		{"three", []string{"--procs=3"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startRelay(t, relayEnv(dbURL, exchange), tc.args...)
+			m := testkit.AwaitMetrics(t, testkit.HTTPAddr(t, p.Out), 30*time.Second, "the runtime's gauges", func(m testkit.Metrics) bool {
+				return m.Value("go_sched_gomaxprocs_threads") > 0
+			})
+			require.Equal(t, tc.want, m.Value("go_sched_gomaxprocs_threads"))
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,8 @@ type RunCmd struct {
 	BatchSize     int           `name:"batch-size" env:"OUTBOX_BATCH_SIZE" default:"500" help:"Most events one claim takes."`
 	MaxBatchBytes int           `name:"max-batch-bytes" env:"OUTBOX_MAX_BATCH_BYTES" default:"16777216" help:"Most payload and header bytes one claim takes (at least one event); with --workers, bounds the memory of events in flight."`
 	Workers       int           `name:"workers" env:"OUTBOX_WORKERS" default:"4" help:"Concurrent claim-publish loops."`
+	MarkDelay     time.Duration `name:"mark-delay" env:"OUTBOX_MARK_DELAY" default:"20ms" help:"How long the marks of confirmed events may wait for the next claim, which then carries them in the same round trip and commit; 0 marks each batch at once."`
+	Procs         int           `name:"procs" env:"OUTBOX_PROCS" default:"1" help:"How many OS threads run the relay's Go code at once (GOMAXPROCS); 0 leaves it to the Go runtime (GOMAXPROCS in the environment, or the CPUs available). One costs the least CPU per event: the relay mostly waits on the network, and every extra thread woken to run a goroutine is a wake-up across CPUs."`
 	PollInterval  time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%)."`
 	Lease         time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
 	MaxAttempts   int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
@@ -75,6 +78,8 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		{c.BatchSize < 1, "--batch-size", fmt.Sprintf("%d: must be at least 1", c.BatchSize)},
 		{c.MaxBatchBytes < 1, "--max-batch-bytes", fmt.Sprintf("%d: must be at least 1", c.MaxBatchBytes)},
 		{c.Workers < 1, "--workers", fmt.Sprintf("%d: must be at least 1", c.Workers)},
+		{c.MarkDelay < 0, "--mark-delay", fmt.Sprintf("%s: must not be negative", c.MarkDelay)},
+		{c.Procs < 0, "--procs", fmt.Sprintf("%d: must not be negative", c.Procs)},
 		{c.PollInterval <= 0, "--poll-interval", fmt.Sprintf("%s: must be positive", c.PollInterval)},
 		{c.Lease <= 0, "--lease", fmt.Sprintf("%s: must be positive", c.Lease)},
 		{c.ConfirmTimeout <= 0, "--confirm-timeout", fmt.Sprintf("%s: must be positive", c.ConfirmTimeout)},
@@ -131,6 +136,10 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	if cleanup == 0 {
 		cleanup = -1
 	}
+	markDelay := c.MarkDelay
+	if markDelay == 0 {
+		markDelay = -1 // at once
+	}
 	rc := relay.Config{
 		BatchSize:        c.BatchSize,
 		Workers:          c.Workers,
@@ -139,6 +148,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		Retention:        c.Retention,
 		CleanupInterval:  cleanup,
 		MarkRetry:        c.Lease,
+		MarkDelay:        markDelay,
 		BusyRate:         c.BusyRate,
 		BusyPollInterval: c.BusyPoll,
 		Ordered:          cc.Ordered(),
@@ -155,6 +165,9 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	cc, pc, rc, err := c.configs()
 	if err != nil {
 		return err
+	}
+	if c.Procs > 0 {
+		runtime.GOMAXPROCS(c.Procs)
 	}
 	log := c.logger(stderr)
 	// SIGINT or SIGTERM during start-up cuts a connection attempt or a check
