@@ -45,9 +45,9 @@ type Config struct {
 	MarkRetry time.Duration
 	// MarkDelay is how long the marks of confirmed events may wait for
 	// the next claim, which then carries them: the mark and the claim go
-	// in one round trip and one commit (claim.Store.MarkAndClaim). A
-	// worker that has waited MarkDelay with no claim to make marks them
-	// on its own, and shutdown marks what is left. Marks that wait are
+	// in one round trip and one commit (claim.Store.MarkAndClaim). Marks
+	// that have waited MarkDelay with no claim to carry them are made on
+	// their own, and shutdown makes what is left. Marks that wait are
 	// lost if the relay dies, and those events are published again once
 	// their lease expires. Negative marks every batch as soon as it is
 	// confirmed. Default 20ms.

@@ -152,6 +152,8 @@ type publishCall struct {
 type fakePublisher struct {
 	calls   chan publishCall
 	publish func(ctx context.Context, msgs []publish.Message) []error
+	// waitReady, if set, answers WaitReady.
+	waitReady func(ctx context.Context) error
 }
 
 func newFakePublisher() *fakePublisher { return &fakePublisher{calls: make(chan publishCall, 1000)} }
@@ -161,7 +163,12 @@ func (p *fakePublisher) Run(ctx context.Context) error {
 	return nil
 }
 
-func (p *fakePublisher) WaitReady(ctx context.Context) error { return ctx.Err() }
+func (p *fakePublisher) WaitReady(ctx context.Context) error {
+	if p.waitReady != nil {
+		return p.waitReady(ctx)
+	}
+	return ctx.Err()
+}
 
 func (p *fakePublisher) Publish(ctx context.Context, msgs []publish.Message) []error {
 	p.calls <- publishCall{ctx: ctx, msgs: slices.Clone(msgs)} // the relay may reuse msgs

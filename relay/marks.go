@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -12,6 +13,7 @@ type confirmed struct {
 	ids  []int64
 	lags []time.Duration // from each event's creation to its confirmation
 	took time.Duration   // the batch's publish, for the observer
+	at   time.Time       // when it was queued
 }
 
 // markQueue holds confirmed events whose mark waits for the next claim to
@@ -19,17 +21,27 @@ type confirmed struct {
 // batch and the claim of the next in one round trip and one commit, where
 // marking each batch on its own costs a round trip and a commit more. At
 // everyday rates a claim follows within a millisecond or two, woken by the
-// next event's notification; a worker that waits longer than MarkDelay
-// marks the queue on its own (flushMarks).
+// next event's notification or the busy poll; the mark loop marks what has
+// waited MarkDelay with no claim to carry it.
 type markQueue struct {
 	mu      sync.Mutex
-	batches []confirmed
+	batches []confirmed // oldest first
+	// armed is set while the mark loop has its timer set for the oldest
+	// batch; add kicks the loop only when it is not, so a queue that
+	// claims keep emptying costs the loop one wake-up per MarkDelay at
+	// most, not one per batch.
+	armed bool
+	kick  chan struct{}
 }
 
-func (q *markQueue) add(c confirmed) {
+// add queues c and reports whether the mark loop must be kicked.
+func (q *markQueue) add(c confirmed) (kick bool) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.batches = append(q.batches, c)
-	q.mu.Unlock()
+	kick = !q.armed
+	q.armed = true
+	return kick
 }
 
 // take empties the queue and returns what it held.
@@ -41,11 +53,22 @@ func (q *markQueue) take() []confirmed {
 	return taken
 }
 
-// waiting reports whether any events wait for their mark.
-func (q *markQueue) waiting() bool {
+// due takes the batches queued at or before by, and returns when the
+// oldest one left falls due (zero, and the loop disarmed, if none is left).
+func (q *markQueue) due(by time.Time, delay time.Duration) ([]confirmed, time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.batches) > 0
+	n := 0
+	for n < len(q.batches) && !q.batches[n].at.After(by) {
+		n++
+	}
+	taken := slices.Clone(q.batches[:n])
+	q.batches = slices.Delete(q.batches, 0, n)
+	if len(q.batches) == 0 {
+		q.armed = false
+		return taken, time.Time{}
+	}
+	return taken, q.batches[0].at.Add(delay)
 }
 
 // markIDs is every id of batches, in one slice.
@@ -75,7 +98,13 @@ func (r *Relay) confirm(drainCtx context.Context, c confirmed) {
 		r.settle(drainCtx, []confirmed{c})
 		return
 	}
-	r.marks.add(c)
+	c.at = r.cfg.Clock.Now()
+	if r.marks.add(c) {
+		select {
+		case r.marks.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // marked tells the observer of batches whose mark went through.
@@ -96,20 +125,27 @@ func (r *Relay) settle(drainCtx context.Context, batches []confirmed) {
 	}
 }
 
-// flushMarks marks whatever the queue holds: when a worker has waited
-// MarkDelay for a claim to carry it, and once at shutdown.
-func (r *Relay) flushMarks(drainCtx context.Context) {
-	r.settle(drainCtx, r.marks.take())
-}
-
-// markTimer is a worker's wait for MarkDelay while marks are queued: its
-// channel is nil when nothing is queued, so a select on it waits for
-// nothing.
-func (r *Relay) markTimer(t *clockTimer) <-chan time.Time {
-	if r.cfg.MarkDelay < 0 || !r.marks.waiting() {
-		t.Stop()
-		return nil
+// markLoop marks what has waited MarkDelay in the queue with no claim to
+// carry it: the workers may all be idle, or waiting for the broker, which
+// must not hold marks until their lease lapses. Shutdown marks the rest
+// (Run).
+func (r *Relay) markLoop(ctx, drainCtx context.Context) {
+	timer := clockTimer{clock: r.cfg.Clock}
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.marks.kick:
+		case <-timer.C():
+		}
+		now := r.cfg.Clock.Now()
+		batches, next := r.marks.due(now.Add(-r.cfg.MarkDelay), r.cfg.MarkDelay)
+		r.settle(drainCtx, batches)
+		if next.IsZero() {
+			timer.Stop()
+		} else {
+			timer.Start(next.Sub(r.cfg.Clock.Now()))
+		}
 	}
-	t.Start(r.cfg.MarkDelay)
-	return t.C()
 }

@@ -102,3 +102,39 @@ func TestMarksOfAFailedClaimAreMadeOnTheirOwn(t *testing.T) {
 	require.Equal(t, []int64{4, 5}, d.store.next(t, "mark").ids)
 	d.store.noMoreCalls(t)
 }
+
+// Marks do not wait for the broker: a worker whose batch left more to
+// claim waits for the broker before it claims again, and the marks of
+// that batch are made on their own MarkDelay after it was confirmed,
+// not held until the broker is back (their lease could lapse first).
+func TestMarksDoNotWaitForTheBroker(t *testing.T) {
+	t.Parallel()
+	d := newMarkingDispatcher(t)
+	full := testBatch(time.Minute, 1, 2)
+	full.More = true
+	d.store.claim = claims(full)
+	blocked := make(chan struct{})
+	waits := 0
+	d.pub.waitReady = func(ctx context.Context) error {
+		waits++
+		if waits == 1 {
+			return nil
+		}
+		select { // the broker blocks the connection
+		case <-blocked:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	d.start(t)
+	d.store.next(t, "claim")
+	d.pub.next(t)
+	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+	d.advanceTo(t, "MarkDelay", markDelay)
+	require.Equal(t, []int64{1, 2}, d.store.next(t, "mark").ids)
+	close(blocked)
+	d.store.next(t, "claim") // the worker's claim after the full batch
+	d.store.next(t, "claim") // the wake-up the full batch left for another worker
+	d.store.noMoreCalls(t)
+}

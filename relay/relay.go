@@ -92,6 +92,7 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		log:      cfg.Logger.With("component", "relay"),
 		obs:      cfg.Observer,
 		wake:     make(chan struct{}, 1),
+		marks:    markQueue{kick: make(chan struct{}, 1)},
 		retryDue: make(chan time.Duration, 1),
 		claimBackoff: backoff.NewExponentialBackOff(
 			backoff.WithInitialInterval(100*time.Millisecond),
@@ -158,6 +159,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		loops.Go(func() { r.cleanup(workCtx) })
 	}
 	loops.Go(func() { r.summarize(workCtx) })
+	if r.cfg.MarkDelay >= 0 {
+		loops.Go(func() { r.markLoop(workCtx, drainCtx) })
+	}
 	if r.cfg.Gate != nil {
 		loops.Go(func() { r.steer(workCtx, drainCtx) })
 	}
@@ -167,7 +171,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("relay started", "workers", r.cfg.Workers, "batch_size", r.cfg.BatchSize, "poll_interval", r.cfg.PollInterval)
 	r.live.Store(true)
 	loops.Wait()
-	r.flushMarks(drainCtx)
+	r.settle(drainCtx, r.marks.take())
 	r.live.Store(false)
 	stopParts()
 	parts.Wait()
@@ -183,17 +187,12 @@ func (r *Relay) work(ctx, drainCtx context.Context) {
 	if r.listener != nil {
 		notified = r.listener.C()
 	}
-	flush := clockTimer{clock: r.cfg.Clock}
-	defer flush.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		case <-notified:
-		case <-r.markTimer(&flush):
-			r.flushMarks(drainCtx)
-			continue
 		}
 		r.pass(ctx, drainCtx)
 	}
