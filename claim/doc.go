@@ -11,6 +11,8 @@
 // correct, because a confirmed publish is a delivered event.
 //
 // Extend renews a lease still held, for a batch that is slow to settle.
+// MarkAndClaim marks one batch and claims the next in one round trip and
+// one transaction.
 //
 // A claim takes at most its limit of rows and, counting their payloads and
 // headers, at most Config.MaxBatchBytes (but always one row): a backlog of

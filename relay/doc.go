@@ -34,8 +34,11 @@
 // recorded before the next event of the aggregate is sent.
 //
 // A row is marked published only after RabbitMQ confirmed it and did not
-// return it. Failed rows go back on the claim store's retry schedule, or are
-// dead-lettered when they can never succeed.
+// return it. The mark waits for the next claim, up to Config.MarkDelay, and
+// goes in the same round trip and commit (claim.Store.MarkAndClaim); one
+// loop makes the marks no claim carried in time. Failed rows go back on the
+// claim store's retry schedule, or are dead-lettered when they can never
+// succeed.
 //
 // On shutdown the relay stops claiming and gives what is in flight
 // Config.ShutdownTimeout to be published, confirmed and marked, or put back
