@@ -23,31 +23,15 @@ const confirmTimeout = 30 * time.Second
 // confirm channel with up to ceilingWindow confirms outstanding. It returns
 // the clock reading of the first publish, once every message is confirmed.
 func publishCeiling(ctx context.Context, amqpURL, exchange string, rec *record, p payloads, clk clock) (int64, error) {
-	conn, err := dialAMQP(amqpURL, "outboxrelay-bench-ceiling")
+	conn, ch, err := ceilingChannel(amqpURL)
 	if err != nil {
-		return 0, fmt.Errorf("ceiling: %w", err)
+		return 0, err
 	}
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("ceiling: open channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		return 0, fmt.Errorf("ceiling: confirm mode: %w", err)
-	}
 	msgs := make([]amqp.Publishing, rec.size())
 	created := time.Now()
 	for i := range msgs {
-		n := rec.number(i)
-		msgs[i] = amqp.Publishing{
-			Headers:      amqp.Table{"aggregate_type": aggregateType, "aggregate_id": strconv.FormatInt(n, 10)},
-			ContentType:  "application/json",
-			DeliveryMode: amqp.Persistent,
-			MessageId:    eventID(n),
-			Timestamp:    created,
-			Type:         eventType,
-			Body:         []byte(p.of(n)),
-		}
+		msgs[i] = ceilingMessage(rec.number(i), p, created)
 	}
 	window := make([]*amqp.DeferredConfirmation, ceilingWindow)
 	start := clk.now()
@@ -69,6 +53,70 @@ func publishCeiling(ctx context.Context, amqpURL, exchange string, rec *record, 
 		}
 	}
 	return start, nil
+}
+
+// publishPaced is the broker ceiling's idle path: the events of rec
+// published from memory one at a time, every interval, each confirmed
+// before the next; an event counts as committed as its publish starts.
+func publishPaced(ctx context.Context, amqpURL, exchange string, rec *record, p payloads, clk clock, interval time.Duration) error {
+	conn, ch, err := ceilingChannel(amqpURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := range rec.size() {
+		if i > 0 {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		msg := ceilingMessage(rec.number(i), p, time.Now())
+		rec.commit(i, clk.now())
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
+		if err != nil {
+			return fmt.Errorf("ceiling: publish: %w", err)
+		}
+		if err := awaitConfirm(ctx, dc); err != nil {
+			return fmt.Errorf("ceiling: message %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// ceilingChannel is a connection and a confirm channel on it.
+func ceilingChannel(amqpURL string) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := dialAMQP(amqpURL, "outboxrelay-bench-ceiling")
+	if err != nil {
+		return nil, nil, fmt.Errorf("ceiling: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("ceiling: open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("ceiling: confirm mode: %w", err)
+	}
+	return conn, ch, nil
+}
+
+// ceilingMessage is event n as the relay would publish it: same
+// properties and body size, persistent.
+func ceilingMessage(n int64, p payloads, created time.Time) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:      amqp.Table{"aggregate_type": aggregateType, "aggregate_id": strconv.FormatInt(n, 10)},
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    eventID(n),
+		Timestamp:    created,
+		Type:         eventType,
+		Body:         []byte(p.of(n)),
+	}
 }
 
 // awaitConfirm waits for dc's confirm (nil: nothing to wait for).

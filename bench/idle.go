@@ -7,7 +7,9 @@ import (
 
 // idle writes IdleEvents events, one every IdleInterval from one
 // connection, on the relay and on the naive poller: the latency of a
-// quiet system.
+// quiet system. The broker ceiling then publishes as many, as often,
+// straight to RabbitMQ: the latency of the broker path alone, which the
+// relay's adds to.
 func (r *runner) idle(ctx context.Context) error {
 	for _, name := range []string{SystemRelay, SystemNaive} {
 		r.log.Info("idle: start", "system", name, "events", r.cfg.IdleEvents, "interval", r.cfg.IdleInterval)
@@ -19,5 +21,40 @@ func (r *runner) idle(ctx context.Context) error {
 		r.results = append(r.results, res)
 		r.log.Info("idle: done", "system", name, "received", res.Events)
 	}
+	res, err := r.idleCeiling(ctx)
+	if err != nil {
+		return err
+	}
+	r.results = append(r.results, res)
+	r.log.Info("idle: done", "system", SystemCeiling, "received", res.Events)
 	return nil
+}
+
+// idleCeiling runs the idle workload on the broker ceiling (publishPaced).
+func (r *runner) idleCeiling(ctx context.Context) (Result, error) {
+	if err := r.reset(ctx); err != nil {
+		return Result{}, err
+	}
+	r.log.Info("idle: start", "system", SystemCeiling, "events", r.cfg.IdleEvents, "interval", r.cfg.IdleInterval)
+	rec := r.newRecord(r.cfg.IdleEvents)
+	start := r.clock.now()
+	if err := publishPaced(ctx, r.cfg.AMQPURL, r.cfg.Exchange, rec, r.payloads, r.clock, r.cfg.IdleInterval); err != nil {
+		return Result{}, err
+	}
+	elapsed := time.Duration(r.clock.now() - start)
+	if _, err := r.await(ctx, rec, int64(rec.size()), r.cfg.DrainWait, true); err != nil {
+		return Result{}, err
+	}
+	return Result{
+		Workload:   WorkloadIdle,
+		System:     SystemCeiling,
+		IntervalMS: millis(int64(r.cfg.IdleInterval)),
+		Committed:  int64(rec.size()),
+		Events:     rec.count(),
+		Seconds:    elapsed.Seconds(),
+		Rate:       float64(rec.size()) / elapsed.Seconds(),
+		Latency:    rec.latency(),
+		Duplicates: rec.duplicates(),
+		Lost:       ptr(rec.lost()),
+	}, nil
 }

@@ -80,3 +80,14 @@ func TestOrderedRatiosCompareEachDesignWithTheRelay(t *testing.T) {
 	require.Equal(t, "producer c=8 +trigger +index", label(results[2]))
 	require.Equal(t, "producer c=8 +trigger", label(results[0]))
 }
+
+func TestIdleRatioIsTheRelaysP50AboveTheCeilings(t *testing.T) {
+	t.Parallel()
+	results := []Result{
+		{Workload: WorkloadIdle, System: SystemRelay, Latency: &Latency{P50: 1.5}},
+		{Workload: WorkloadIdle, System: SystemNaive, Latency: &Latency{P50: 600}},
+		{Workload: WorkloadIdle, System: SystemCeiling, Latency: &Latency{P50: 0.75}},
+	}
+	require.Equal(t, ptr(0.75), ComputeRatios(results).IdleRelayOverCeilingMS)
+	require.Nil(t, ComputeRatios(results[:2]).IdleRelayOverCeilingMS, "no ceiling run, no ratio")
+}

@@ -54,6 +54,7 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	}
 	fmt.Fprintf(tw, "  drain relay/ceiling\t%s\n", pct(r.DrainRelayVsCeilingPct, "%"))
 	fmt.Fprintf(tw, "  drain relay/naive\t%s\n", pct(r.DrainRelayVsNaiveX, "×"))
+	fmt.Fprintf(tw, "  idle p50 relay − ceiling\t%s\n", pct(r.IdleRelayOverCeilingMS, "ms"))
 	for _, p := range r.Producer {
 		fmt.Fprintf(tw, "  producer c=%d with/without trigger\t%s %%\t(%s/s vs %s/s)\n", p.Concurrency, num(p.Pct), num(p.WithTrigger), num(p.WithoutTrigger))
 	}

@@ -93,6 +93,10 @@ type Ratios struct {
 	// DrainRelayVsNaiveX is the relay's drain rate as a multiple of the
 	// naive poller's.
 	DrainRelayVsNaiveX *float64 `json:"drain_relay_vs_naive_x"`
+	// IdleRelayOverCeilingMS is how much the relay's idle p50 exceeds the
+	// broker ceiling's: what the outbox path adds to a quiet system's
+	// latency.
+	IdleRelayOverCeilingMS *float64 `json:"idle_relay_over_ceiling_ms"`
 	// Producer compares insert rates with and without the insert triggers,
 	// and with and without the ordering index.
 	Producer []ProducerRatio `json:"producer"`
@@ -145,9 +149,22 @@ func ComputeRatios(results []Result) Ratios {
 	if relay > 0 && naive > 0 {
 		r.DrainRelayVsNaiveX = ptr(relay / naive)
 	}
+	if relay, ceiling := p50(results, WorkloadIdle, SystemRelay), p50(results, WorkloadIdle, SystemCeiling); relay != nil && ceiling != nil {
+		r.IdleRelayOverCeilingMS = ptr(*relay - *ceiling)
+	}
 	r.Producer = producerRatios(results)
 	r.Ordered = orderedRatios(results)
 	return r
+}
+
+// p50 is the latency p50 of the run of workload on system, if any.
+func p50(results []Result, workload, system string) *float64 {
+	for _, res := range results {
+		if res.Workload == workload && res.System == system && res.Latency != nil {
+			return ptr(res.Latency.P50)
+		}
+	}
+	return nil
 }
 
 func producerRatios(results []Result) []ProducerRatio {

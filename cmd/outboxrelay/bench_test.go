@@ -56,6 +56,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "cpu ms/1k (relay+pg)")
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
+	require.Contains(t, stdout.String(), "idle p50 relay − ceiling")
 	require.Contains(t, stdout.String(), "producer c=2 with/without trigger")
 	require.Contains(t, stdout.String(), "out of order")
 	require.Contains(t, stdout.String(), "producer c=2 with/without ordering index")
@@ -75,7 +76,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Equal(t, map[[2]string]int{
 		{"drain", "relay"}: 1, {"drain", "naive"}: 1, {"drain", "ceiling"}: 1,
 		{"steady", "relay"}: 1, {"steady", "naive"}: 1,
-		{"idle", "relay"}: 1, {"idle", "naive"}: 1,
+		{"idle", "relay"}: 1, {"idle", "naive"}: 1, {"idle", "ceiling"}: 1,
 		{"producer", "relay"}: 4, {"producer", "keyscan"}: 2,
 		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4, {"ordered", "distinct"}: 4,
 		{"scale", "relay"}: 2,
@@ -88,8 +89,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.EqualValues(t, 300, drain.Events)
 	require.Positive(t, drain.Rate)
 	require.NotNil(t, drain.Cost)
-	for _, w := range []string{"steady", "idle"} {
-		r := byRow[[2]string{w, "relay"}]
+	for _, row := range [][2]string{{"steady", "relay"}, {"idle", "relay"}, {"idle", "ceiling"}} {
+		w, r := row[0]+" "+row[1], byRow[row]
 		require.NotNil(t, r.Lost, w)
 		require.Zero(t, *r.Lost, w)
 		require.Zero(t, r.Duplicates, w)
