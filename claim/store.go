@@ -264,8 +264,11 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 // Claim does, in one round trip and one transaction: the claim runs after
 // the mark, and sees it (an ordered claim finds the aggregates the mark
 // unblocked). A relay that settles one batch and claims the next saves a
-// round trip and a commit. An error leaves neither done: the marks are
-// rolled back with the claim.
+// round trip and a commit. On an error nothing was claimed, and the marks
+// were rolled back with the claim: the caller marks them again, which
+// changes nothing where they went through. A DB that cannot send batches
+// (it has no SendBatch, as *pgxpool.Pool has) gets the two statements one
+// after the other.
 func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) (Batch, error) {
 	var lease LeaseID
 	if _, err := crand.Read(lease[:]); err != nil {

@@ -18,7 +18,7 @@ import (
 type Store interface {
 	Claim(ctx context.Context, limit int) (claim.Batch, error)
 	// MarkAndClaim marks published and then claims, in one round trip;
-	// an error leaves neither done.
+	// after an error the relay marks them again on their own.
 	MarkAndClaim(ctx context.Context, published []int64, limit int) (claim.Batch, error)
 	MarkPublished(ctx context.Context, ids []int64) (int64, error)
 	Retry(ctx context.Context, lease claim.LeaseID, failures []claim.Failure) (claim.RetryResult, error)
