@@ -89,3 +89,23 @@ func TestMarkAndClaimFailsWhole(t *testing.T) {
 	require.Equal(t, int64(2), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending'`),
 		"the failed claim took its mark back")
 }
+
+// execQuery is a DB that cannot send batches.
+type execQuery struct{ claim.DB }
+
+// Given a DB that cannot send batches, MarkAndClaim still marks, then
+// claims, in two round trips.
+func TestMarkAndClaimWithoutBatches(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(execQuery{pool}, claim.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.InsertEvents(t, pool, 2)
+	first, err := s.Claim(ctx, 1)
+	require.NoError(t, err)
+	next, err := s.MarkAndClaim(ctx, ids(first.Events), 10)
+	require.NoError(t, err)
+	require.Len(t, next.Events, 1)
+	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'published' AND id = $1`, first.Events[0].ID))
+}
