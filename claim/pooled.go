@@ -55,10 +55,14 @@ func NewLocalSettings(db Conn, settings map[string]string) *LocalSettings {
 // batch queues the settings, then sql.
 func (l *LocalSettings) batch(sql string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
-	b.Queue(l.sql, l.args...)
+	l.queue(b)
 	b.Queue(sql, args...)
 	return b
 }
+
+// queue queues the settings on b, for the statements queued after them;
+// their result is the batch's first.
+func (l *LocalSettings) queue(b *pgx.Batch) { b.Queue(l.sql, l.args...) }
 
 // Exec runs sql under the settings.
 func (l *LocalSettings) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

@@ -409,7 +409,7 @@ func (s *Store) claimRows(ctx context.Context, published []int64, args []any) (p
 	}
 	b := &pgx.Batch{}
 	if s.local != nil {
-		b.Queue(s.local.sql, s.local.args...)
+		s.local.queue(b)
 	}
 	b.Queue(s.q.markPublished, published)
 	b.Queue(s.q.claim, args...)

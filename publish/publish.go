@@ -126,9 +126,6 @@ func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Conte
 	ctx, cancel := context.WithCancelCause(ctx)
 	d := &batchDeadline{gen: gen, expire: func() { cancel(p.timeout) }}
 	p.mu.Lock()
-	if p.deadlines == nil {
-		p.deadlines = make(map[*batchDeadline]struct{})
-	}
 	p.deadlines[d] = struct{}{}
 	p.updateDeadlineLocked(d)
 	p.mu.Unlock()

@@ -83,6 +83,8 @@ func Dial(ctx context.Context, cfg Config) (*Publisher, error) {
 		known:   make(map[string]bool),
 		runDone: make(chan struct{}),
 
+		deadlines: make(map[*batchDeadline]struct{}),
+
 		scratchSem: make(chan struct{}, 1),
 		timeout:    fmt.Errorf("confirm timeout %s: %w", cfg.ConfirmTimeout, context.DeadlineExceeded),
 	}

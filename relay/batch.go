@@ -64,7 +64,7 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 			failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err})
 		}
 	}
-	r.confirm(drainCtx, confirmed{ids: published, lags: lags, took: confirmedAt.Sub(start)})
+	r.confirm(drainCtx, confirmed{ids: published, lags: lags, took: confirmedAt.Sub(start), at: confirmedAt})
 	r.retry(ctx, drainCtx, batch.Lease, failures)
 	r.release(drainCtx, batch.Lease, unsettled)
 	r.log.Debug("batch settled", "claimed", len(batch.Events), "published", len(published),

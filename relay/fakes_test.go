@@ -49,7 +49,8 @@ type fakeStore struct {
 
 func newFakeStore() *fakeStore { return &fakeStore{calls: make(chan storeCall, 1000)} }
 
-func (s *fakeStore) Claim(ctx context.Context, limit int) (claim.Batch, error) {
+// plainClaim records a claim that carries no marks.
+func (s *fakeStore) plainClaim(ctx context.Context) (claim.Batch, error) {
 	s.calls <- storeCall{op: "claim", ctx: ctx}
 	if s.claim == nil {
 		return claim.Batch{}, nil
@@ -59,10 +60,10 @@ func (s *fakeStore) Claim(ctx context.Context, limit int) (claim.Batch, error) {
 
 // MarkAndClaim records one call, "mark+claim", when it has marks to
 // make, and then does what the test's mark and claim functions say;
-// without marks it is Claim.
-func (s *fakeStore) MarkAndClaim(ctx context.Context, published []int64, limit int) (claim.Batch, error) {
+// without marks it records a "claim".
+func (s *fakeStore) MarkAndClaim(ctx context.Context, published []int64, _ int) (claim.Batch, error) {
 	if len(published) == 0 {
-		return s.Claim(ctx, limit)
+		return s.plainClaim(ctx)
 	}
 	s.calls <- storeCall{op: "mark+claim", ctx: ctx, ids: published}
 	if s.mark != nil {

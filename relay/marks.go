@@ -13,7 +13,7 @@ type confirmed struct {
 	ids  []int64
 	lags []time.Duration // from each event's creation to its confirmation
 	took time.Duration   // the batch's publish, for the observer
-	at   time.Time       // when it was queued
+	at   time.Time       // when it was confirmed, and queued
 }
 
 // markQueue holds confirmed events whose mark waits for the next claim to
@@ -98,7 +98,6 @@ func (r *Relay) confirm(drainCtx context.Context, c confirmed) {
 		r.settle(drainCtx, []confirmed{c})
 		return
 	}
-	c.at = r.cfg.Clock.Now()
 	if r.marks.add(c) {
 		select {
 		case r.marks.kick <- struct{}{}:

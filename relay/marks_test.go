@@ -22,16 +22,23 @@ func newMarkingDispatcher(t *testing.T) *dispatcher {
 	return d
 }
 
+// startAndConfirm starts the relay and waits until its first claim's batch
+// is published and its marks wait for the next claim.
+func startAndConfirm(t *testing.T, d *dispatcher) {
+	t.Helper()
+	d.start(t)
+	d.store.next(t, "claim")
+	d.pub.next(t)
+	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+}
+
 // A confirmed batch is not marked on its own: the next claim, woken by the
 // next notification, carries its mark.
 func TestConfirmedBatchIsMarkedByTheNextClaim(t *testing.T) {
 	t.Parallel()
 	d := newMarkingDispatcher(t)
 	d.store.claim = claims(testBatch(time.Minute, 1, 2), testBatch(time.Minute, 3))
-	d.start(t)
-	d.store.next(t, "claim")
-	d.pub.next(t)
-	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+	startAndConfirm(t, d)
 	d.store.noMoreCalls(t)
 
 	d.listener.notify(t)
@@ -46,10 +53,7 @@ func TestMarksWaitAtMostMarkDelay(t *testing.T) {
 	t.Parallel()
 	d := newMarkingDispatcher(t)
 	d.store.claim = claims(testBatch(time.Minute, 1, 2))
-	d.start(t)
-	d.store.next(t, "claim")
-	d.pub.next(t)
-	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+	startAndConfirm(t, d)
 	d.advanceTo(t, "MarkDelay", markDelay)
 	require.Equal(t, []int64{1, 2}, d.store.next(t, "mark").ids)
 
@@ -69,10 +73,7 @@ func TestShutdownMarksWhatWaits(t *testing.T) {
 		ctxErr <- ctx.Err()
 		return int64(len(ids)), nil
 	}
-	d.start(t)
-	d.store.next(t, "claim")
-	d.pub.next(t)
-	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+	startAndConfirm(t, d)
 	d.cancel()
 	require.Equal(t, []int64{7}, d.store.next(t, "mark").ids)
 	require.NoError(t, <-ctxErr, "the shutdown's mark runs under the shutdown deadline, not the cancelled context")
@@ -93,10 +94,7 @@ func TestMarksOfAFailedClaimAreMadeOnTheirOwn(t *testing.T) {
 		}
 		return claim.Batch{}, errors.New("connection reset")
 	}
-	d.start(t)
-	d.store.next(t, "claim")
-	d.pub.next(t)
-	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+	startAndConfirm(t, d)
 	d.listener.notify(t)
 	require.Equal(t, []int64{4, 5}, d.store.next(t, "mark+claim").ids)
 	require.Equal(t, []int64{4, 5}, d.store.next(t, "mark").ids)
@@ -127,10 +125,7 @@ func TestMarksDoNotWaitForTheBroker(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	d.start(t)
-	d.store.next(t, "claim")
-	d.pub.next(t)
-	d.awaitTimer(t, "the wait for a claim to carry the marks", markDelay)
+	startAndConfirm(t, d)
 	d.advanceTo(t, "MarkDelay", markDelay)
 	require.Equal(t, []int64{1, 2}, d.store.next(t, "mark").ids)
 	close(blocked)

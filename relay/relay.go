@@ -16,7 +16,6 @@ import (
 
 // Store is what the relay needs of the outbox store; *claim.Store has it.
 type Store interface {
-	Claim(ctx context.Context, limit int) (claim.Batch, error)
 	// MarkAndClaim marks published and then claims, in one round trip;
 	// after an error the relay marks them again on their own.
 	MarkAndClaim(ctx context.Context, published []int64, limit int) (claim.Batch, error)
