@@ -28,6 +28,7 @@ type Listener struct {
 	pingChannel string // the heartbeat's private channel; "" without a Pinger
 	log         *slog.Logger
 	wake        chan struct{}
+	signals     atomic.Uint64 // wake-ups signalled, see Signals
 	running     atomic.Bool
 	// listening is set once LISTEN succeeds and cleared when the
 	// connection is lost or abandoned (see Connected).
@@ -85,6 +86,16 @@ func New(cfg Config) (*Listener, error) {
 // while the receiver is busy is a single wake-up. A wake-up means "look at
 // the table", nothing more.
 func (l *Listener) C() <-chan struct{} { return l.wake }
+
+// Signals counts the wake-ups signalled so far, whether C delivered each
+// or folded it into one already pending. A wake-up is signalled only once
+// its notification has been read off the connection, so a look at the
+// table begun after Signals returned n covers the first n: a receiver that
+// reads Signals just before it looks can tell, when it takes a wake-up
+// later, whether a look since then already covers it. That spares the
+// look that finds nothing when notifications arrive together and C hands
+// each one to another waiting receiver.
+func (l *Listener) Signals() uint64 { return l.signals.Load() }
 
 // Connected reports whether the listener is LISTENing on Channel now: set
 // once LISTEN succeeds, cleared as soon as the connection is found lost
@@ -144,8 +155,9 @@ func (l *Listener) runSession(ctx context.Context) {
 	wg.Wait()
 }
 
-// signal sends a wake-up unless one is already pending.
+// signal counts a wake-up and sends it unless one is already pending.
 func (l *Listener) signal() {
+	l.signals.Add(1)
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -318,8 +330,8 @@ func (s *session) logError(ctx context.Context, err error) {
 type channelHandler struct{ s *session }
 
 func (h channelHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
-	h.s.l.notified.Add(1)
 	h.s.l.signal()
+	h.s.l.notified.Add(1) // after the signal: a test that saw the count sees its wake-up
 	return nil
 }
 

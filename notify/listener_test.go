@@ -189,6 +189,21 @@ func TestCoalescesBursts(t *testing.T) {
 	require.Equal(t, 1, wakes, "a burst of %d notifications is one wake-up", n)
 }
 
+func TestSignalsCountsTheWakeUpsCFolds(t *testing.T) {
+	t.Parallel()
+	_, pool, cfg := database(t)
+	h := start(t, cfg)
+	h.awaitListening(t)
+	h.drain()
+	before := h.l.Signals()
+
+	testkit.Exec(t, pool, "SELECT pg_notify('outbox', g::text) FROM generate_series(1, 3) g")
+	testkit.WaitFor(t, eventTimeout, "three notifications handled", func() bool { return h.l.notified.Load() == 3 })
+	require.True(t, h.drain(), "no wake-up on C")
+	require.False(t, h.drain(), "C held more than one wake-up")
+	require.Equal(t, before+3, h.l.Signals(), "a wake-up folded into the pending one is still counted")
+}
+
 func TestIgnoresOtherChannels(t *testing.T) {
 	t.Parallel()
 	_, pool, cfg := database(t)

@@ -162,3 +162,42 @@ func TestFailingClaimIsRetriedWithGrowingDelays(t *testing.T) {
 	low, high := expect(0)
 	require.True(t, low <= delay && delay <= high, "retry after a success after %s, want %s to %s", delay, low, high)
 }
+
+// Notifications read together are each handed to a waiting worker; a
+// wake-up that the listener counted before a claim was sent is covered by
+// that claim and claims nothing more, while one counted after it claims.
+func TestAWakeUpCoveredByAClaimSentAfterItClaimsNothing(t *testing.T) {
+	t.Parallel()
+	d := newDispatcher(t)
+	seen := make(chan uint64, 10) // the listener's Signals at each claim
+	d.store.claim = func(context.Context) (claim.Batch, error) {
+		seen <- d.listener.Signals()
+		return claim.Batch{}, nil
+	}
+	claimed := func(want uint64, what string) {
+		t.Helper()
+		select {
+		case got := <-seen:
+			require.Equal(t, want, got, "the claim after %s", what)
+		case <-time.After(awaitTimeout):
+			t.Fatalf("no claim after %s within %s", what, awaitTimeout)
+		}
+	}
+	d.start(t)
+	claimed(0, "the start")
+
+	// Two notifications arrive in one read: both are counted, then each is
+	// handed to a worker. The first one's claim covers both.
+	d.listener.signals.Add(2)
+	d.listener.handOff(t)
+	claimed(2, "the first of two notifications")
+	d.listener.handOff(t) // the second: covered
+	// The only worker takes this one once it is done with the second, so
+	// a claim for the second would have read Signals before the
+	// notification below.
+	d.listener.handOff(t)
+
+	// A notification after that claim was sent needs a claim of its own.
+	d.listener.notify(t)
+	claimed(3, "a later notification")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,7 +193,10 @@ func (p *fakePublisher) next(t *testing.T) publishCall {
 }
 
 // fakeListener is a relay.Listener whose notifications the test sends.
-type fakeListener struct{ c chan struct{} }
+type fakeListener struct {
+	c       chan struct{}
+	signals atomic.Uint64
+}
 
 func (l *fakeListener) Run(ctx context.Context) error {
 	<-ctx.Done()
@@ -201,8 +205,18 @@ func (l *fakeListener) Run(ctx context.Context) error {
 
 func (l *fakeListener) C() <-chan struct{} { return l.c }
 
+func (l *fakeListener) Signals() uint64 { return l.signals.Load() }
+
 // notify wakes the relay as a notification would.
 func (l *fakeListener) notify(t *testing.T) {
+	t.Helper()
+	l.signals.Add(1)
+	l.handOff(t)
+}
+
+// handOff hands a wake-up already counted in Signals to a worker, as C
+// does with each of several notifications read together.
+func (l *fakeListener) handOff(t *testing.T) {
 	t.Helper()
 	select {
 	case l.c <- struct{}{}:

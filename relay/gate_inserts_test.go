@@ -178,6 +178,7 @@ func (g *gateRun) run(total time.Duration, perSecond int64) (closed, reopened bo
 		g.inserts.last.Add(whole)
 		g.owed -= float64(whole)
 		if g.gate.open.Load() && !g.silent {
+			d.listener.signals.Add(1)
 			select {
 			case d.listener.c <- struct{}{}:
 			case <-time.After(10 * time.Millisecond):

@@ -46,6 +46,10 @@ type Publisher interface {
 type Listener interface {
 	Run(ctx context.Context) error
 	C() <-chan struct{}
+	// Signals counts the wake-ups signalled so far, each once its
+	// notification has been received, including those C folded into one
+	// already pending.
+	Signals() uint64
 }
 
 // Relay moves events from the outbox to RabbitMQ.
@@ -67,6 +71,9 @@ type Relay struct {
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
 	inFlight atomic.Int32
 	dry      atomic.Bool
+	// covered is the listener's Signals as read before the latest claim
+	// was sent: that claim covers every wake-up counted in it (see work).
+	covered atomic.Uint64
 	// live is set while Run's loops run (see Live).
 	live atomic.Bool
 
@@ -192,8 +199,34 @@ func (r *Relay) work(ctx, drainCtx context.Context) {
 			return
 		case <-r.wake:
 		case <-notified:
+			// Notifications that arrive together reach the listener in one
+			// read, and C hands each to another waiting worker: all but the
+			// first would claim only to find nothing. A claim sent after a
+			// notification was received sees its events (or leaves them to
+			// the claim that has them locked, or to the pass that claims
+			// again after a full or ordered batch, or to the retry after a
+			// failed claim), so a wake-up counted before the latest claim
+			// was sent needs no claim of its own.
+			if r.listener.Signals() <= r.covered.Load() {
+				continue
+			}
 		}
 		r.pass(ctx, drainCtx)
+	}
+}
+
+// cover records that a claim is about to be sent: it covers every wake-up
+// the listener has signalled so far.
+func (r *Relay) cover() {
+	if r.listener == nil {
+		return
+	}
+	n := r.listener.Signals()
+	for {
+		cur := r.covered.Load()
+		if n <= cur || r.covered.CompareAndSwap(cur, n) {
+			return
+		}
 	}
 }
 
@@ -208,6 +241,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		// The claim itself is not cancelled half-way: a claim whose result
 		// is lost would leave its rows leased until the lease expires.
 		claimed := r.cfg.Clock.Now() // the lease runs from no earlier than this
+		r.cover()
 		marks := r.marks.take()
 		batch, err := r.store.MarkAndClaim(drainCtx, markIDs(marks), r.cfg.BatchSize)
 		if err != nil {
