@@ -13,7 +13,9 @@
 //
 // Wake-ups coalesce: C is buffered with room for one and every send is
 // non-blocking, so any burst of notifications that arrives while the
-// dispatcher is busy becomes a single wake-up.
+// dispatcher is busy becomes a single wake-up. Signals counts every
+// wake-up, folded or not, so a receiver can tell one that a look at the
+// table begun after it already covers.
 //
 // The Listener owns one dedicated connection (never one borrowed from a
 // pool: a pooled connection would be reused, reset or closed under it) and

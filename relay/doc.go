@@ -2,10 +2,14 @@
 // store and the RabbitMQ publisher into the loop wake → claim → publish →
 // mark, with a jittered fallback poll and a cleanup loop beside it.
 //
-// Wake-ups coalesce: notifications, poll ticks, retry timers and the start
-// all feed one buffered signal, so any burst becomes one claim pass. A pass
-// keeps claiming until a batch comes back short; a full batch wakes another
-// worker, so a backlog is drained by every worker at once.
+// Wake-ups coalesce: poll ticks, retry timers and the start feed one
+// buffered signal, and notifications the listener's own, so any burst
+// becomes one claim pass. A claim sees the events of every notification
+// received before it was sent, so a notification the listener counted
+// (Listener.Signals) before a claim went out claims nothing more, even when
+// it reached another idle worker: notifications read together wake one
+// claim. A pass keeps claiming until a batch comes back short; a full batch
+// wakes another worker, so a backlog is drained by every worker at once.
 //
 // With a Config.Gate, the relay steers the trigger's notifications by the
 // insert rate (the growth of the id sequence, with Config.Inserts, or of
