@@ -11,21 +11,28 @@ import (
 
 // costMeter measures the CPU a child process and its PostgreSQL backends
 // (found by the child's unique application_name) spend between begin and
-// finish, and the child's peak memory. A backend first seen at finish counts
-// from 0; one gone by then is not counted.
+// finish, the child's peak memory and, for a relay, the claims it made. A
+// backend first seen at finish counts from 0; one gone by then is not
+// counted.
 type costMeter struct {
 	db      *database
 	proc    *process
 	app     string
+	metrics string
 	child   time.Duration
 	pg      map[int]time.Duration
 	pgKnown bool
+	claims  float64
 }
 
-// beginCost takes the starting sample.
-func beginCost(ctx context.Context, db *database, proc *process, app string) (*costMeter, error) {
-	m := &costMeter{db: db, proc: proc, app: app}
-	st, err := readProcStat(proc.pid())
+// beginCost takes the starting sample. A relay whose metrics endpoint does
+// not answer yet has just started: it has made no claim.
+func beginCost(ctx context.Context, db *database, sys *system) (*costMeter, error) {
+	m := &costMeter{db: db, proc: sys.proc, app: sys.app, metrics: sys.metrics}
+	if m.metrics != "" {
+		m.claims, _ = claims(ctx, m.metrics)
+	}
+	st, err := readProcStat(m.proc.pid())
 	if err != nil {
 		return nil, fmt.Errorf("cost: %w", err)
 	}
@@ -80,6 +87,12 @@ func (m *costMeter) finish(ctx context.Context, events int64) (*Cost, error) {
 	}
 	per1k := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) * 1000 / float64(events) }
 	c := &Cost{RelayCPUPer1k: per1k(st.cpu - m.child), PeakRSSMiB: float64(peak) / (1 << 20)}
+	if m.metrics != "" {
+		// Metrics turned off through --relay-arg leave the claims unknown.
+		if n, err := claims(ctx, m.metrics); err == nil {
+			c.ClaimsPer1k = ptr((n - m.claims) * 1000 / float64(events))
+		}
+	}
 	c.TotalPer1k = c.RelayCPUPer1k
 	if known {
 		var spent time.Duration

@@ -22,22 +22,25 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 // WriteTable prints one line per result.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\trss MiB\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\tclaims/1k\trss MiB\t")
 	for _, r := range results {
 		p50, p90, p99, pmax := "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
 			p50, p90, p99, pmax = num(l.P50), num(l.P90), num(l.P99), num(l.Max)
 		}
-		cpu, rss := "-", "-"
+		cpu, claims, rss := "-", "-", "-"
 		if c := r.Cost; c != nil {
+			if c.ClaimsPer1k != nil {
+				claims = num(*c.ClaimsPer1k)
+			}
 			cpu = num(c.RelayCPUPer1k) + "+?"
 			if c.PGCPUPer1k != nil {
 				cpu = num(c.RelayCPUPer1k) + "+" + num(*c.PGCPUPer1k) + "=" + num(c.TotalPer1k)
 			}
 			rss = num(c.PeakRSSMiB)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, rss)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, claims, rss)
 	}
 	return tw.Flush()
 }

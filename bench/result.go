@@ -83,6 +83,12 @@ type Cost struct {
 	TotalPer1k float64 `json:"total_cpu_ms_per_1k"`
 	// PeakRSSMiB is the relay process's peak resident memory (VmHWM).
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// ClaimsPer1k is how many claims the relay made per 1,000 events,
+	// those that found nothing included, from its metrics; nil for the
+	// naive poller and where the metrics are off. At a steady rate it
+	// tells the gate's regime: about 1,000 with the gate open (a claim per
+	// notification), fewer with it closed (a claim per busy poll).
+	ClaimsPer1k *float64 `json:"claims_per_1k"`
 }
 
 // Ratios relate the results to each other.

@@ -158,7 +158,8 @@ func (r *runner) env(applicationName string) []string {
 		"OUTBOX_EXCHANGE=" + r.cfg.Exchange,
 		"OUTBOX_LOG_FORMAT=json",
 		"OUTBOX_LOG_LEVEL=warn",
-		// Metrics on (as by default), on a port of each relay's own;
+		// Metrics on (as by default), on a port of each relay's own
+		// (start chooses one it then reads the relay's claims from);
 		// --relay-arg=--http-addr= turns them off.
 		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
 	}
@@ -169,6 +170,9 @@ type system struct {
 	name string
 	proc *process
 	app  string
+	// metrics is the address of a relay's metrics endpoint ("" for the
+	// naive poller).
+	metrics string
 }
 
 // start starts a system under a unique application_name: the relay
@@ -191,11 +195,20 @@ func (r *runner) start(name string) (*system, error) {
 		args = append(args, r.cfg.RelayArgs...)
 	}
 	app := "outboxrelay-bench-" + name + "-" + randomHex(4)
-	p, err := startProcess(what, r.cfg.Executable, args, r.env(app))
+	env := r.env(app)
+	var metrics string
+	if name != SystemNaive {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		env, metrics = append(env, "OUTBOX_HTTP_ADDR="+addr), addr // the last of a key wins
+	}
+	p, err := startProcess(what, r.cfg.Executable, args, env)
 	if err != nil {
 		return nil, err
 	}
-	return &system{name: name, proc: p, app: app}, nil
+	return &system{name: name, proc: p, app: app, metrics: metrics}, nil
 }
 
 // reset prepares a run: the consumer stops noting events, the queue is
@@ -316,7 +329,7 @@ func (r *runner) startMetered(ctx context.Context, name string) (*system, *costM
 	if err != nil {
 		return nil, nil, err
 	}
-	meter, err := beginCost(ctx, r.db, sys.proc, sys.app)
+	meter, err := beginCost(ctx, r.db, sys)
 	if err != nil {
 		stopSystem(sys, &err)
 		return nil, nil, err

@@ -59,11 +59,19 @@ func (r *runner) drainWith(ctx context.Context, n int) (res Result, err error) {
 	return res, nil
 }
 
-// sumCosts adds the CPU of several relays and their backends, and keeps
-// the largest peak memory. PostgreSQL's part is known only if every
-// relay's is. Nil if any is nil (nothing delivered).
+// sumCosts adds the CPU and the claims of several relays and their
+// backends, and keeps the largest peak memory. PostgreSQL's part, and the
+// claims, are known only if every relay's are. Nil if any is nil (nothing
+// delivered).
 func sumCosts(costs []*Cost) *Cost {
-	sum := &Cost{PGCPUPer1k: ptr(0.0)}
+	sum := &Cost{PGCPUPer1k: ptr(0.0), ClaimsPer1k: ptr(0.0)}
+	add := func(sum **float64, v *float64) {
+		if v == nil || *sum == nil {
+			*sum = nil
+		} else {
+			**sum += *v
+		}
+	}
 	for _, c := range costs {
 		if c == nil {
 			return nil
@@ -71,11 +79,8 @@ func sumCosts(costs []*Cost) *Cost {
 		sum.RelayCPUPer1k += c.RelayCPUPer1k
 		sum.TotalPer1k += c.TotalPer1k
 		sum.PeakRSSMiB = max(sum.PeakRSSMiB, c.PeakRSSMiB)
-		if c.PGCPUPer1k == nil || sum.PGCPUPer1k == nil {
-			sum.PGCPUPer1k = nil
-		} else {
-			*sum.PGCPUPer1k += *c.PGCPUPer1k
-		}
+		add(&sum.PGCPUPer1k, c.PGCPUPer1k)
+		add(&sum.ClaimsPer1k, c.ClaimsPer1k)
 	}
 	if sum.PGCPUPer1k == nil {
 		sum.TotalPer1k = sum.RelayCPUPer1k

@@ -61,7 +61,7 @@ func (r *runner) produce(ctx context.Context, pc pacing) (res Result, err error)
 	rec := r.newShapedRecord(pc.total, pc.aggregates)
 	var meter *costMeter
 	if pc.cost {
-		if meter, err = beginCost(ctx, r.db, sys.proc, sys.app); err != nil {
+		if meter, err = beginCost(ctx, r.db, sys); err != nil {
 			return Result{}, err
 		}
 	}

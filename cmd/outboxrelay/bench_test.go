@@ -54,6 +54,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 
 	require.Contains(t, stdout.String(), "workload")
 	require.Contains(t, stdout.String(), "cpu ms/1k (relay+pg)")
+	require.Contains(t, stdout.String(), "claims/1k")
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
 	require.Contains(t, stdout.String(), "idle p50 relay − ceiling")
@@ -89,6 +90,14 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.EqualValues(t, 300, drain.Events)
 	require.Positive(t, drain.Rate)
 	require.NotNil(t, drain.Cost)
+	// The relays' claims come from their metrics; the naive poller has none.
+	for _, row := range [][2]string{{"drain", "relay"}, {"steady", "relay"}} {
+		c := byRow[row].Cost
+		require.NotNil(t, c, "%s %s", row[0], row[1])
+		require.NotNil(t, c.ClaimsPer1k, "%s %s: claims not read", row[0], row[1])
+		require.Positive(t, *c.ClaimsPer1k, "%s %s: claims", row[0], row[1])
+	}
+	require.Nil(t, byRow[[2]string{"drain", "naive"}].Cost.ClaimsPer1k, "the naive poller's claims")
 	for _, row := range [][2]string{{"steady", "relay"}, {"idle", "relay"}, {"idle", "ceiling"}} {
 		w, r := row[0]+" "+row[1], byRow[row]
 		require.NotNil(t, r.Lost, w)
@@ -118,6 +127,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		require.Zero(t, r.Duplicates, "scale %d: duplicates", r.Relays)
 		require.EqualValues(t, 300, r.Events, "scale %d", r.Relays)
 		require.NotNil(t, r.Cost, "scale %d", r.Relays)
+		require.NotNil(t, r.Cost.ClaimsPer1k, "scale %d: claims", r.Relays)
 	}
 	require.Equal(t, []int{1, 2}, relays)
 	require.Contains(t, stdout.String(), "scale 2×")
