@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
@@ -27,6 +28,7 @@ func claims(ctx context.Context, addr string) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("claims: %w", err)
 	}
+	req.Close = true // a few reads per run: no idle connection left behind
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("claims: %w", err)
@@ -49,6 +51,40 @@ func claims(ctx context.Context, addr string) (float64, error) {
 		n += float64(m.GetHistogram().GetSampleCount())
 	}
 	return n, nil
+}
+
+// claimsOnceUp is claims for a relay that may not serve its metrics yet:
+// one that has just started (a second relay of the scale workload, say,
+// when the first drained everything meanwhile). It tries until the
+// endpoint answers, for scrapeTimeout at most.
+func claimsOnceUp(ctx context.Context, addr string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+	defer cancel()
+	for {
+		n, err := claims(ctx, addr)
+		if err == nil {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(scrapeRetry):
+		}
+	}
+}
+
+// scrapeRetry spaces the attempts of claimsOnceUp.
+const scrapeRetry = 50 * time.Millisecond
+
+// metricsOff reports whether args set the relay's --http-addr, which leaves
+// the benchmark no address of its own to read the relay's metrics from.
+func metricsOff(args []string) bool {
+	for _, a := range args {
+		if a == "--http-addr" || strings.HasPrefix(a, "--http-addr=") {
+			return true
+		}
+	}
+	return false
 }
 
 // freeAddr is a loopback address whose port was free a moment ago, for a

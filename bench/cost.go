@@ -88,10 +88,11 @@ func (m *costMeter) finish(ctx context.Context, events int64) (*Cost, error) {
 	per1k := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) * 1000 / float64(events) }
 	c := &Cost{RelayCPUPer1k: per1k(st.cpu - m.child), PeakRSSMiB: float64(peak) / (1 << 20)}
 	if m.metrics != "" {
-		// Metrics turned off through --relay-arg leave the claims unknown.
-		if n, err := claims(ctx, m.metrics); err == nil {
-			c.ClaimsPer1k = ptr((n - m.claims) * 1000 / float64(events))
+		n, err := claimsOnceUp(ctx, m.metrics)
+		if err != nil {
+			return nil, fmt.Errorf("cost: %w", err)
 		}
+		c.ClaimsPer1k = ptr((n - m.claims) * 1000 / float64(events))
 	}
 	c.TotalPer1k = c.RelayCPUPer1k
 	if known {

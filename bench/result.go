@@ -85,7 +85,7 @@ type Cost struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	// ClaimsPer1k is how many claims the relay made per 1,000 events,
 	// those that found nothing included, from its metrics; nil for the
-	// naive poller and where the metrics are off. At a steady rate it
+	// naive poller and where --relay-arg sets --http-addr. At a steady rate it
 	// tells the gate's regime: about 1,000 with the gate open (a claim per
 	// notification), fewer with it closed (a claim per busy poll).
 	ClaimsPer1k *float64 `json:"claims_per_1k"`

@@ -159,8 +159,9 @@ func (r *runner) env(applicationName string) []string {
 		"OUTBOX_LOG_FORMAT=json",
 		"OUTBOX_LOG_LEVEL=warn",
 		// Metrics on (as by default), on a port of each relay's own
-		// (start chooses one it then reads the relay's claims from);
-		// --relay-arg=--http-addr= turns them off.
+		// (start chooses one it then reads the relay's claims from,
+		// unless --relay-arg sets --http-addr); --relay-arg=--http-addr=
+		// turns them off.
 		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
 	}
 }
@@ -197,7 +198,7 @@ func (r *runner) start(name string) (*system, error) {
 	app := "outboxrelay-bench-" + name + "-" + randomHex(4)
 	env := r.env(app)
 	var metrics string
-	if name != SystemNaive {
+	if name != SystemNaive && !metricsOff(r.cfg.RelayArgs) {
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err

@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/metrics"
+)
+
+// The claims come from the relay's own metrics; a relay that does not
+// serve them yet, just started, is read once it does.
+func TestClaimsAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{Version: "test"})
+	require.NoError(t, err)
+	for range 3 {
+		m.Claimed(1, time.Millisecond)
+	}
+	m.Claimed(0, time.Millisecond) // one that found nothing counts too
+
+	var requests atomic.Int32
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		metricsHandler.ServeHTTP(w, r)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	_, err = claims(context.Background(), ln.Addr().String())
+	require.Error(t, err, "a relay not serving its metrics yet")
+	n, err := claimsOnceUp(context.Background(), ln.Addr().String())
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n)
+}
+
+func TestMetricsOffWhenRelayArgsSetTheHTTPAddr(t *testing.T) {
+	t.Parallel()
+	require.False(t, metricsOff([]string{"--batch-size=1000"}))
+	require.True(t, metricsOff([]string{"--http-addr="}))
+	require.True(t, metricsOff([]string{"--http-addr", "127.0.0.1:9999"}))
+}
