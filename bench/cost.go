@@ -21,7 +21,6 @@ type costMeter struct {
 	metrics string
 	child   time.Duration
 	pg      map[int]time.Duration
-	pgKnown bool
 	claims  float64
 }
 

@@ -158,11 +158,6 @@ func (r *runner) env(applicationName string) []string {
 		"OUTBOX_EXCHANGE=" + r.cfg.Exchange,
 		"OUTBOX_LOG_FORMAT=json",
 		"OUTBOX_LOG_LEVEL=warn",
-		// Metrics on (as by default), on a port of each relay's own
-		// (start chooses one it then reads the relay's claims from,
-		// unless --relay-arg sets --http-addr); --relay-arg=--http-addr=
-		// turns them off.
-		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
 	}
 }
 
@@ -199,11 +194,14 @@ func (r *runner) start(name string) (*system, error) {
 	env := r.env(app)
 	var metrics string
 	if name != SystemNaive && !metricsOff(r.cfg.RelayArgs) {
+		// Metrics on, as by default, on a port of each relay's own that
+		// the claims are read from; --relay-arg=--http-addr= turns them
+		// off.
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
 		}
-		env, metrics = append(env, "OUTBOX_HTTP_ADDR="+addr), addr // the last of a key wins
+		env, metrics = append(env, "OUTBOX_HTTP_ADDR="+addr), addr
 	}
 	p, err := startProcess(what, r.cfg.Executable, args, env)
 	if err != nil {
