@@ -37,9 +37,12 @@
 //
 // Gate silences the trigger while the relay is busy claiming anyway:
 // PostgreSQL serializes the commits of transactions that sent NOTIFY, so a
-// notification per insert caps busy producers. Close makes the trigger skip
-// NOTIFY for a TTL; Open makes it notify again and then waits, on an
-// advisory lock the trigger holds shared, for every producer that may have
-// read the gate closed, so the claim that follows sees their events. The
-// trigger only tries that lock: producers never wait for a relay.
+// notification per insert caps busy producers. Close holds an exclusive
+// advisory lock, in a transaction the server ends after a TTL without
+// refresh, and the trigger, trying that lock shared and failing, skips
+// NOTIFY; Open commits the transaction and then waits, through pg_locks,
+// for every transaction that held the outbox's ROW EXCLUSIVE lock at that
+// moment, so the claim that follows sees the events of every producer that
+// may have found the gate closed. The trigger only tries the lock:
+// producers never wait for a relay.
 package notify

@@ -4,67 +4,113 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// GateLockClass is the first key of the advisory lock the outbox trigger
-// tries, shared, before it reads the gate; the second is hashtext(channel).
-// It must match the trigger function in migrations/ and sql/.
-const GateLockClass = 1868722808
+// GateLockClass is the first key of the advisory lock a busy relay holds
+// and the outbox trigger tries, shared; the second is hashtext(channel).
+// It must match the trigger function in migrations/ and sql/. (Triggers of
+// earlier versions try 1868722808 and read the gate sequence instead.)
+const GateLockClass = 1868722809
 
 // DefaultGateTTL is how long a closed gate stays closed unless refreshed.
 const DefaultGateTTL = 2 * time.Second
 
-// Gate statements. $1 is the gate sequence's schema-qualified, quoted name;
-// the gate's value is the time, in milliseconds since the epoch by
-// PostgreSQL's clock, until which the trigger skips NOTIFY.
+// gateLockWait bounds Close's wait for the gate lock. Producers that found
+// the gate open keep the lock shared until they commit, which takes
+// milliseconds; a relay that holds it keeps it for as long as it is busy.
+// Neither is worth holding up the relay's steering for.
+const gateLockWait = 100 * time.Millisecond
+
+// gateWritersPoll is how often Open looks again for the producers it waits
+// for; their transactions are the length of an insert and a commit.
+const gateWritersPoll = time.Millisecond
+
+// Gate statements. $1 of the sequence statements is the gate sequence's
+// schema-qualified, quoted name; its value is the time, in milliseconds
+// since the epoch by PostgreSQL's clock, until which triggers of earlier
+// versions skip NOTIFY.
 const (
-	gateOpenSQL    = `SELECT setval($1::regclass, 0, true)`
-	gateBarrierSQL = `SELECT pg_advisory_xact_lock(1868722808, hashtext($1))`
-	gateCloseSQL   = `SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $2, true)`
-	gateCheckSQL   = `SELECT pg_sequence_last_value($1::regclass)`
+	gateOpenSQL     = `SELECT setval($1::regclass, 0, true)`
+	gateCloseSQL    = `SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $2, true)`
+	gateCheckSQL    = `SELECT pg_sequence_last_value($1::regclass)`
+	gateSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('lock_timeout', $2, true)`
+	gateLockSQL     = `SELECT pg_advisory_xact_lock(1868722809, hashtext($1))`
+	gateRefreshSQL  = `SELECT 1`
+	// gateWritersSQL lists the transactions that hold the table's ROW
+	// EXCLUSIVE lock: every producer with an insert in flight, from the
+	// start of its INSERT to its commit or rollback. $1 is the table.
+	gateWritersSQL = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	// gateStillSQL is whether any of the transactions $2 still holds it.
+	gateStillSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND virtualtransaction = ANY ($2::text[]))`
 )
 
 // GateDB runs the gate's statements; a *pgxpool.Pool satisfies it.
 type GateDB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Gate opens and closes the outbox trigger's notifications.
 //
 // NOTIFY serializes the commits of the transactions that send it, so the
-// relay closes the gate while it is busy claiming anyway, and opens it before
-// it waits. Open makes the trigger notify and then waits for every producer
-// that may have read the gate closed; a claim after Open returns therefore
-// sees every event whose producer did not notify. Close lasts TTL: a relay
-// that dies with the gate closed does not silence the trigger for longer.
+// relay closes the gate while it is busy claiming anyway, and opens it
+// before it waits. Closed, the gate is an exclusive advisory lock that the
+// relay holds in a transaction of its own: the trigger tries the lock
+// shared and, failing, returns without notifying. That failed try is all a
+// producer pays while the gate is closed.
 //
-// The trigger takes the gate's advisory lock with try-lock only: producers
-// never wait for a relay, and a producer that finds it taken notifies.
+// The transaction's idle_in_transaction_session_timeout is TTL: a relay
+// that stops refreshing the gate (Close again) has the server end it, and a
+// relay that dies releases it with its connection, so neither silences the
+// trigger for longer. Holding it takes one connection of db while closed.
+//
+// Open commits that transaction and then waits for every transaction that
+// held the table's ROW EXCLUSIVE lock at that moment, which covers every
+// producer that may have found the gate closed; a claim after Open returns
+// therefore sees every event whose producer did not notify.
+//
+// Close and Open also set the gate sequence, which triggers installed by
+// earlier versions read.
 type Gate struct {
 	db       GateDB
 	channel  string
 	sequence string
+	table    string
 	ttl      time.Duration
+
+	mu   sync.Mutex
+	held pgx.Tx // the transaction holding the gate lock, while closed
 }
 
-// NewGate returns the gate of channel, kept in the sequence named by
-// sequence (an identifier such as pgx.Identifier{"public",
+// NewGate returns the gate of channel on the outbox table (an identifier
+// such as pgx.Identifier{"public", "outbox"}), kept for earlier triggers in
+// the sequence named by sequence (pgx.Identifier{"public",
 // "outbox_wakeup"}). A ttl of 0 means DefaultGateTTL.
-func NewGate(db GateDB, channel string, sequence pgx.Identifier, ttl time.Duration) (*Gate, error) {
+func NewGate(db GateDB, channel string, table, sequence pgx.Identifier, ttl time.Duration) (*Gate, error) {
 	if channel == "" || len(channel) > maxChannelBytes {
 		return nil, fmt.Errorf("notify: gate channel %q: must be 1 to %d bytes", channel, maxChannelBytes)
 	}
-	if len(sequence) == 0 || len(sequence) > 2 {
-		return nil, fmt.Errorf("notify: gate sequence %v: give a name, optionally schema-qualified", []string(sequence))
-	}
-	for _, part := range sequence {
-		if part == "" {
-			return nil, errors.New("notify: gate sequence: empty name")
+	for what, id := range map[string]pgx.Identifier{"table": table, "sequence": sequence} {
+		if len(id) == 0 || len(id) > 2 {
+			return nil, fmt.Errorf("notify: gate %s %v: give a name, optionally schema-qualified", what, []string(id))
+		}
+		for _, part := range id {
+			if part == "" {
+				return nil, fmt.Errorf("notify: gate %s: empty name", what)
+			}
 		}
 	}
 	if ttl == 0 {
@@ -73,7 +119,7 @@ func NewGate(db GateDB, channel string, sequence pgx.Identifier, ttl time.Durati
 	if ttl < 0 {
 		return nil, fmt.Errorf("notify: gate TTL %s is negative", ttl)
 	}
-	return &Gate{db: db, channel: channel, sequence: sequence.Sanitize(), ttl: ttl}, nil
+	return &Gate{db: db, channel: channel, sequence: sequence.Sanitize(), table: table.Sanitize(), ttl: ttl}, nil
 }
 
 // TTL is how long Close keeps the gate closed.
@@ -88,25 +134,120 @@ func (g *Gate) Check(ctx context.Context) error {
 }
 
 // Open makes the trigger notify again, then waits until every producer that
-// may have read the gate closed has committed or rolled back: those are the
-// ones holding the gate's shared lock. Producers arriving meanwhile find the
-// lock contended and notify. Both steps run in one round trip; a statement
-// timeout on the connection bounds the wait.
+// may have found the gate closed has committed or rolled back. Producers
+// arriving meanwhile notify. ctx bounds the wait.
 func (g *Gate) Open(ctx context.Context) error {
-	b := &pgx.Batch{}
-	b.Queue(gateOpenSQL, g.sequence)
-	b.Queue(gateBarrierSQL, g.channel)
-	if err := g.db.SendBatch(ctx, b).Close(); err != nil {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, err := g.db.Exec(ctx, gateOpenSQL, g.sequence)
+	if g.held != nil {
+		// A commit that fails leaves the lock released all the same: the
+		// transaction ends with its session.
+		if g.held.Commit(ctx) != nil {
+			g.rollback()
+		}
+		g.held = nil
+	}
+	if err != nil {
+		return fmt.Errorf("open gate: %w", err)
+	}
+	if err := g.waitWriters(ctx); err != nil {
 		return fmt.Errorf("open gate: %w", err)
 	}
 	return nil
 }
 
+// waitWriters waits until none of the transactions that hold the table's
+// ROW EXCLUSIVE lock now still holds it. A lock is released after its
+// transaction's commit is visible, so a claim sent after this returns sees
+// their rows.
+func (g *Gate) waitWriters(ctx context.Context) error {
+	var writers []string
+	if err := g.db.QueryRow(ctx, gateWritersSQL, g.table).Scan(&writers); err != nil {
+		return fmt.Errorf("producers in flight: %w", err)
+	}
+	if len(writers) == 0 {
+		return nil
+	}
+	t := time.NewTimer(gateWritersPoll)
+	defer t.Stop()
+	for {
+		var still bool
+		if err := g.db.QueryRow(ctx, gateStillSQL, g.table, writers).Scan(&still); err != nil {
+			return fmt.Errorf("producers in flight: %w", err)
+		}
+		if !still {
+			return nil
+		}
+		t.Reset(gateWritersPoll)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("producers in flight: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 // Close stops the trigger's notifications for TTL. Call it again before TTL
 // has passed to keep the gate closed.
+//
+// When the lock stays taken for longer than gateLockWait, by another relay
+// that closed the gate or by producers that found it open and have not
+// committed yet, Close sets the sequence alone and returns nil: the relay
+// polls either way, and the next Close tries the lock again.
+//
+// The transaction holding the lock runs nothing else, so that it holds no
+// other lock (a setval in it would keep the sequence from DDL until it
+// ends): the sequence is set through db.
 func (g *Gate) Close(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.hold(ctx); err != nil {
+		return fmt.Errorf("close gate: %w", err)
+	}
 	if _, err := g.db.Exec(ctx, gateCloseSQL, g.sequence, g.ttl.Milliseconds()); err != nil {
+		// The caller takes the gate for open: so must the trigger.
+		if g.held != nil {
+			g.rollback()
+		}
 		return fmt.Errorf("close gate: %w", err)
 	}
 	return nil
+}
+
+// hold takes the gate lock, or keeps it: a statement in the holding
+// transaction restarts its idle timeout.
+func (g *Gate) hold(ctx context.Context) error {
+	if g.held != nil {
+		if _, err := g.held.Exec(ctx, gateRefreshSQL); err == nil {
+			return nil
+		}
+		// The session ended (its idle timeout, say), and the lock with it.
+		g.rollback()
+	}
+	tx, err := g.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10),
+		strconv.FormatInt(gateLockWait.Milliseconds(), 10))
+	b.Queue(gateLockSQL, g.channel)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+			return nil
+		}
+		return err
+	}
+	g.held = tx
+	return nil
+}
+
+// rollback ends the held transaction, whose session may be gone.
+func (g *Gate) rollback() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = g.held.Rollback(ctx)
+	g.held = nil
 }

@@ -26,9 +26,11 @@ type gateEnv struct {
 func newGateEnv(t *testing.T, ttl time.Duration) *gateEnv {
 	t.Helper()
 	url, pool := testkit.NewOutbox(t)
-	gate, err := NewGate(pool, "outbox", pgx.Identifier{"public", "outbox_wakeup"}, ttl)
+	gate, err := NewGate(pool, "outbox", pgx.Identifier{"public", "outbox"}, pgx.Identifier{"public", "outbox_wakeup"}, ttl)
 	require.NoError(t, err)
 	require.NoError(t, gate.Check(context.Background()))
+	// A closed gate holds a connection of the pool, which Close would wait for.
+	t.Cleanup(func() { _ = gate.Open(context.Background()) })
 	conn, err := pgx.Connect(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
@@ -75,19 +77,137 @@ func TestGateSilencesTheTriggerOnlyWhileClosed(t *testing.T) {
 	require.Equal(t, "", e.next(t), "the reopened gate did not notify")
 }
 
+// A relay that stops refreshing its closed gate has the server end the
+// transaction holding it after TTL, and the trigger notifies again; the
+// next Close takes the gate again.
 func TestClosedGateExpiresAfterItsTTL(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, 300*time.Millisecond)
-	require.NoError(t, e.gate.Close(context.Background()))
+	ctx := context.Background()
+	require.NoError(t, e.gate.Close(ctx))
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "closed")
 	require.Equal(t, "closed", e.next(t))
 
-	testkit.WaitFor(t, 10*time.Second, "the gate's deadline to pass by the database's clock", func() bool {
-		return testkit.QueryInt(t, e.pool, `SELECT (pg_sequence_last_value('outbox_wakeup') < date_part('epoch', clock_timestamp()) * 1000)::int`) == 1
+	testkit.WaitFor(t, 10*time.Second, "the server to end the gate's idle transaction", func() bool {
+		return gateHolders(t, e.pool) == 0
 	})
 	testkit.Exec(t, e.pool, insertOne)
 	require.Equal(t, "", e.next(t), "an expired gate still silenced the trigger")
+
+	require.NoError(t, e.gate.Close(ctx))
+	require.EqualValues(t, 1, gateHolders(t, e.pool), "Close after the expiry did not take the gate again")
+	testkit.Exec(t, e.pool, insertOne)
+	e.marker(t, "closed again")
+	require.Equal(t, "closed again", e.next(t))
+}
+
+// A relay that dies holding the gate releases it with its connection, long
+// before TTL.
+func TestGateOfAnEndedSessionIsOpen(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	require.NoError(t, e.gate.Close(context.Background()))
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass))
+	testkit.WaitFor(t, 10*time.Second, "the killed session to release the gate", func() bool {
+		return gateHolders(t, e.pool) == 0
+	})
+	testkit.Exec(t, e.pool, insertOne)
+	require.Equal(t, "", e.next(t), "a gate whose session ended still silenced the trigger")
+}
+
+// gateHolders counts the sessions holding the gate lock.
+func gateHolders(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass)
+}
+
+// openWaiting reports whether Open has looked, at least once, for the
+// producers it waits for: the last statement of one of the database's
+// sessions is that look.
+func openWaiting(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = $1`, gateStillSQL) > 0
+}
+
+// With the gate closed a producer pays one failed try of the gate lock: its
+// transaction keeps no advisory lock and no lock on the gate sequence, as
+// the trigger of earlier versions did (a shared advisory lock to its
+// commit, and the sequence read under an exclusive buffer lock).
+func TestClosedGateLeavesProducersHoldingNothing(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	ctx := context.Background()
+	require.NoError(t, e.gate.Close(ctx))
+
+	producer, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer producer.Rollback(ctx) //nolint:errcheck // read-only check
+	_, err = producer.Exec(ctx, insertOne)
+	require.NoError(t, err)
+	var advisory, sequence int
+	require.NoError(t, producer.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE locktype = 'advisory'),
+		count(*) FILTER (WHERE locktype = 'relation' AND relation = 'outbox_wakeup'::regclass)
+		FROM pg_locks WHERE pid = pg_backend_pid()`).Scan(&advisory, &sequence))
+	require.Zero(t, advisory, "the producer holds an advisory lock")
+	require.Zero(t, sequence, "the producer read the gate sequence")
+	require.NoError(t, producer.Commit(ctx))
+	e.marker(t, "after the producer")
+	require.Equal(t, "after the producer", e.next(t), "the producer notified through a closed gate")
+}
+
+// Two relays: the second one's Close finds the gate held by the first and
+// returns; once the first opens, the second's next Close takes it.
+func TestSecondRelaysCloseTakesTheGateOnceTheFirstOpensIt(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	ctx := context.Background()
+	second, err := NewGate(e.pool, "outbox", pgx.Identifier{"public", "outbox"}, pgx.Identifier{"public", "outbox_wakeup"}, time.Hour)
+	require.NoError(t, err)
+
+	require.NoError(t, e.gate.Close(ctx))
+	require.NoError(t, second.Close(ctx), "the gate held by another relay is closed all the same")
+	require.EqualValues(t, 1, gateHolders(t, e.pool))
+
+	require.NoError(t, e.gate.Open(ctx))
+	testkit.Exec(t, e.pool, insertOne)
+	require.Equal(t, "", e.next(t), "the first relay opened the gate")
+
+	require.NoError(t, second.Close(ctx))
+	require.EqualValues(t, 1, gateHolders(t, e.pool), "the second relay did not take the gate")
+	testkit.Exec(t, e.pool, insertOne)
+	e.marker(t, "second closed")
+	require.Equal(t, "second closed", e.next(t))
+	require.NoError(t, second.Open(ctx))
+}
+
+// A trigger of an earlier version reads the gate sequence, which Close and
+// Open still set.
+func TestGateSilencesTheTriggerOfEarlierVersions(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	ctx := context.Background()
+	old, err := os.ReadFile("../migrations/002_wakeup_gate.sql")
+	require.NoError(t, err)
+	fn, _, ok := strings.Cut(string(old), "-- The trigger names the gate")
+	require.True(t, ok)
+	_, fn, ok = strings.Cut(fn, "GRANT SELECT ON SEQUENCE outbox_wakeup TO PUBLIC;")
+	require.True(t, ok)
+	testkit.Exec(t, e.pool, fn)
+
+	require.NoError(t, e.gate.Close(ctx))
+	testkit.Exec(t, e.pool, insertOne)
+	e.marker(t, "closed")
+	require.Equal(t, "closed", e.next(t), "the earlier trigger notified through a closed gate")
+	require.NoError(t, e.gate.Open(ctx))
+	testkit.Exec(t, e.pool, insertOne)
+	require.Equal(t, "", e.next(t), "the earlier trigger stayed silent after Open")
 }
 
 // The interleaving the barrier exists for: a producer reads the gate closed,
@@ -107,9 +227,8 @@ func TestGateOpenWaitsForProducersThatSawItClosed(t *testing.T) {
 
 	opened := make(chan error, 1)
 	go func() { opened <- e.gate.Open(ctx) }()
-	testkit.WaitFor(t, eventTimeout, "Open to wait for the producer's gate lock", func() bool {
-		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = $1 AND NOT granted`, GateLockClass) == 1
+	testkit.WaitFor(t, eventTimeout, "Open to look for the producer in flight", func() bool {
+		return openWaiting(t, e.pool)
 	})
 	select {
 	case err := <-opened:
@@ -132,8 +251,8 @@ func TestGateOpenWaitsForProducersThatSawItClosed(t *testing.T) {
 		"a claim after Open sees the silent producer's event")
 }
 
-// The gate is a sequence, outside MVCC: a REPEATABLE READ producer whose
-// snapshot predates Open still sees the gate open.
+// The gate is a lock, outside MVCC: a REPEATABLE READ producer whose
+// snapshot predates Open still finds the gate open.
 func TestRepeatableReadProducerSeesTheGateOpen(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
@@ -153,14 +272,31 @@ func TestRepeatableReadProducerSeesTheGateOpen(t *testing.T) {
 	require.Equal(t, "", e.next(t), "the producer read a stale closed gate")
 }
 
-func TestTriggerFailsOpenWithoutTheGateSequence(t *testing.T) {
+// A trigger created without the gate argument (as the first migration
+// did) notifies whatever the gate; a relay without the gate sequence runs
+// without a gate (Check fails).
+func TestTriggerWithoutTheGateNotifies(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	require.NoError(t, e.gate.Close(context.Background()))
-	testkit.Exec(t, e.pool, "DROP SEQUENCE outbox_wakeup")
+	testkit.Exec(t, e.pool, `CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox
+		FOR EACH STATEMENT EXECUTE FUNCTION outboxrelay_notify('outbox')`)
 	testkit.Exec(t, e.pool, insertOne)
 	require.Equal(t, "", e.next(t), "without its gate the trigger must notify")
+	testkit.Exec(t, e.pool, "DROP SEQUENCE outbox_wakeup")
 	require.Error(t, e.gate.Check(context.Background()))
+}
+
+// A Close that fails reports the gate open, and leaves it open: a relay
+// that takes it for open waits for notifications.
+func TestFailedCloseLeavesTheGateOpen(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	testkit.Exec(t, e.pool, "DROP SEQUENCE outbox_wakeup")
+	require.Error(t, e.gate.Close(context.Background()))
+	require.Zero(t, gateHolders(t, e.pool), "a failed Close kept the gate lock")
+	testkit.Exec(t, e.pool, insertOne)
+	require.Equal(t, "", e.next(t), "a failed Close silenced the trigger")
 }
 
 // A producer role with nothing but INSERT on the outbox can read the gate.
@@ -191,35 +327,38 @@ func TestProducerWithoutPrivilegesPassesTheGate(t *testing.T) {
 // drop-in script, and the lock class a third time in Go: all must agree.
 func TestTriggerFunctionsAgreeWithTheGate(t *testing.T) {
 	class := strconv.Itoa(GateLockClass)
-	require.Contains(t, gateBarrierSQL, "("+class+",")
+	require.Contains(t, gateLockSQL, "("+class+",")
 	var bodies []string
-	for _, path := range []string{"../migrations/002_wakeup_gate.sql", "../sql/outboxrelay_install.sql"} {
+	for _, path := range []string{"../migrations/005_gate_lock.sql", "../sql/outboxrelay_install.sql"} {
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
 		_, body, ok := strings.Cut(string(b), "IF TG_NARGS > 1")
 		require.True(t, ok, "%s has no gated trigger function", path)
 		body, _, ok = strings.Cut(body, "PERFORM pg_notify(TG_ARGV[0], '');")
 		require.True(t, ok, path)
-		require.Contains(t, body, "pg_try_advisory_xact_lock_shared("+class+", hashtext(TG_ARGV[0]))", path)
+		require.Contains(t, body, "NOT pg_try_advisory_xact_lock_shared("+class+", hashtext(TG_ARGV[0]))", path)
 		bodies = append(bodies, strings.Join(strings.Fields(body), " "))
 	}
 	require.Equal(t, bodies[0], bodies[1], "the migration's and the drop-in's trigger functions differ")
 }
 
 func TestNewGateRejectsBadNames(t *testing.T) {
+	table := pgx.Identifier{"outbox"}
 	for _, tc := range []struct {
-		channel string
-		seq     pgx.Identifier
-		ttl     time.Duration
+		channel    string
+		table, seq pgx.Identifier
+		ttl        time.Duration
 	}{
-		{"", pgx.Identifier{"s"}, 0},
-		{strings.Repeat("c", 64), pgx.Identifier{"s"}, 0},
-		{"outbox", nil, 0},
-		{"outbox", pgx.Identifier{"a", "b", "c"}, 0},
-		{"outbox", pgx.Identifier{"public", ""}, 0},
-		{"outbox", pgx.Identifier{"s"}, -time.Second},
+		{"", table, pgx.Identifier{"s"}, 0},
+		{strings.Repeat("c", 64), table, pgx.Identifier{"s"}, 0},
+		{"outbox", table, nil, 0},
+		{"outbox", table, pgx.Identifier{"a", "b", "c"}, 0},
+		{"outbox", table, pgx.Identifier{"public", ""}, 0},
+		{"outbox", nil, pgx.Identifier{"s"}, 0},
+		{"outbox", pgx.Identifier{"", "outbox"}, pgx.Identifier{"s"}, 0},
+		{"outbox", table, pgx.Identifier{"s"}, -time.Second},
 	} {
-		_, err := NewGate(nil, tc.channel, tc.seq, tc.ttl)
+		_, err := NewGate(nil, tc.channel, tc.table, tc.seq, tc.ttl)
 		require.Error(t, err, "%+v", tc)
 	}
 }

@@ -101,7 +101,7 @@ func (e *env) start(t *testing.T, o options) *running {
 		listener = l
 	}
 	if !o.noGate {
-		gate, err := notify.NewGate(relayPool, "outbox", pgx.Identifier{"outbox_wakeup"}, 0)
+		gate, err := notify.NewGate(relayPool, "outbox", pgx.Identifier{"outbox"}, pgx.Identifier{"outbox_wakeup"}, 0)
 		require.NoError(t, err)
 		o.relay.Gate = gate
 	}

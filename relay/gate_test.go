@@ -17,7 +17,10 @@ import (
 // that arrives within the test's deadline was found by a notification or by
 // the claim that follows the gate's opening, never by the poll.
 
-const gateClosedSQL = `SELECT (pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000)::int`
+// gateClosedSQL counts the holders of the gate lock ($1 notify.GateLockClass).
+const gateClosedSQL = `SELECT count(*) FROM pg_locks
+	WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
+	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 
 // gateValue is the gate sequence's raw value: 0 when a relay opened it.
 const gateValueSQL = `SELECT pg_sequence_last_value('outbox_wakeup')`
@@ -96,12 +99,13 @@ func TestSilentProducerCommittingAfterTheGateOpensIsNotLeftForThePoll(t *testing
 	defer producer.Rollback(ctx) //nolint:errcheck // committed below
 	_, err = producer.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'silent', 'late', '{}')`)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, gateClosedSQL), "the producer's trigger ran with the gate closed")
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, gateClosedSQL, notify.GateLockClass), "the producer's trigger ran with the gate closed")
 
 	n := stop()
 	testkit.WaitFor(t, 30*time.Second, "the idle relay to wait in Open for the silent producer", func() bool {
-		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = $1 AND NOT granted`, notify.GateLockClass) == 1
+		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()
+			  AND query LIKE '%virtualtransaction = ANY%'`) > 0
 	})
 	seen := testkit.Counter{}
 	seen.Add(e.queue.Receive(t, n, 60*time.Second))
@@ -141,6 +145,6 @@ func TestStoppingBusyRelayLeavesTheGateOpen(t *testing.T) {
 func waitGateClosed(t *testing.T, e *env) {
 	t.Helper()
 	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		return testkit.QueryInt(t, e.pool, gateClosedSQL) == 1
+		return testkit.QueryInt(t, e.pool, gateClosedSQL, notify.GateLockClass) == 1
 	})
 }

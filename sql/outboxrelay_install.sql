@@ -10,8 +10,9 @@
 --     relay claims, what its cleanup deletes and the dead letters it counts;
 --   * the trigger function outboxrelay_notify() and a statement-level
 --     AFTER INSERT trigger that sends NOTIFY on the channel (one
---     notification per inserting transaction, constant payload), and the
---     sequence TABLE_wakeup through which a busy relay silences it.
+--     notification per inserting transaction, constant payload) unless a
+--     busy relay holds its gate lock, and the sequence TABLE_wakeup that
+--     relays also set for the triggers of earlier versions.
 --
 -- Variables (-v name=value), with their defaults:
 --   table              (required) the table's name
@@ -154,9 +155,10 @@ BEGIN
             id_col, st_col, pending, failed);
     END IF;
 
-    -- The wake-up gate (see migrations/002_wakeup_gate.sql): the relay
-    -- silences NOTIFY while it is busy; the trigger notifies when it is open
-    -- or missing.
+    -- The wake-up gate (see migrations/002_wakeup_gate.sql and
+    -- 005_gate_lock.sql): a busy relay holds an advisory lock that silences
+    -- NOTIFY; the trigger notifies when it can take the lock shared, or when
+    -- the gate is missing. The sequence is for triggers of earlier versions.
     EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.%I MINVALUE 0 START 0', sch, tbl || '_wakeup');
     PERFORM setval(format('%I.%I', sch, tbl || '_wakeup'), 0, true); -- open
     EXECUTE format('COMMENT ON SEQUENCE %I.%I IS %L', sch, tbl || '_wakeup',
@@ -167,10 +169,8 @@ BEGIN
         CREATE OR REPLACE FUNCTION %I.outboxrelay_notify() RETURNS trigger
         LANGUAGE plpgsql AS $body$
         BEGIN
-            IF TG_NARGS > 1 AND pg_try_advisory_xact_lock_shared(1868722808, hashtext(TG_ARGV[0])) THEN
-                IF pg_sequence_last_value(to_regclass(TG_ARGV[1])) > date_part('epoch', clock_timestamp()) * 1000 THEN
-                    RETURN NULL;
-                END IF;
+            IF TG_NARGS > 1 AND NOT pg_try_advisory_xact_lock_shared(1868722809, hashtext(TG_ARGV[0])) THEN
+                RETURN NULL;
             END IF;
             PERFORM pg_notify(TG_ARGV[0], '');
             RETURN NULL;

@@ -49,15 +49,16 @@ func (f LogFlags) logger(w io.Writer) *slog.Logger {
 // poolConfig parses DATABASE_URL for the relay's pool, with its own
 // application name, the settings the claim store needs
 // (claim.Config.ConfigurePool) and, unless pool_max_conns is given, a
-// connection for every worker plus two (the gate, cleanup and the
-// listener's heartbeat), so a claim never queues for a connection.
+// connection for every worker plus three (the one the closed gate holds,
+// the gate's other statements, cleanup and the listener's heartbeat), so a
+// claim never queues for a connection.
 func (f DatabaseFlags) poolConfig(store claim.Config, workers int) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(f.DatabaseURL)
 	if err != nil {
 		return nil, usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
 	}
 	if !strings.Contains(f.DatabaseURL, "pool_max_conns") {
-		cfg.MaxConns = int32(max(workers+2, 4))
+		cfg.MaxConns = int32(max(workers+3, 4))
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "outboxrelay"

@@ -12,42 +12,73 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
-// A relay killed while it holds the gate closed leaves it to expire: the
-// next insert notifies again, and the relay that stays, whose fallback poll
-// is an hour away, delivers everything, the silent inserts included. (The
-// killed relay's leased rows become claimable when their lease expires;
-// finding those is the next wake-up's job, normally the fallback poll's.)
-func TestKilledBusyRelaysGateExpires(t *testing.T) {
+// A relay killed while it holds the gate closed releases it with its
+// connection, long before the sequence's deadline (which triggers of
+// earlier versions read) passes: the next insert notifies again, and the
+// relay that stays, whose fallback poll is an hour away, delivers
+// everything. (The killed relay's leased rows become claimable when their
+// lease expires; finding those is the next wake-up's job, normally the
+// fallback poll's.)
+func TestKilledBusyRelaysGateOpens(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
 
 	busy := startRelay(t, relayEnv(dbURL, exchange), "--busy-rate=100", "--lease=3s", "--confirm-timeout=2s")
-	const gateClosed = `SELECT (pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000)::int`
-	inserted := 0
+	const gateHeld = `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	// Producers keep the relay busy until its gate is released, so that it
+	// is killed holding the gate, not after opening it.
+	var (
+		inserted atomic.Int64
+		wg       sync.WaitGroup
+	)
+	ctx, stop := context.WithCancel(context.Background())
+	defer func() { stop(); wg.Wait() }()
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			tag, err := pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+				SELECT 'order', '1', 'created', '{}' FROM generate_series(1, 50)`)
+			if err == nil {
+				inserted.Add(tag.RowsAffected())
+			}
+		}
+	})
+	const deadlineSQL = `SELECT pg_sequence_last_value('outbox_wakeup')
+		WHERE pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000
+		UNION ALL SELECT 0 LIMIT 1`
+	var deadline int64
 	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		testkit.InsertEvents(t, pool, 50)
-		inserted += 50
-		return testkit.QueryInt(t, pool, gateClosed) == 1
+		if testkit.QueryInt(t, pool, gateHeld, notify.GateLockClass) == 0 {
+			return false
+		}
+		deadline = testkit.QueryInt(t, pool, deadlineSQL) // the sequence is set after the lock is taken
+		return deadline > 0
 	})
 	busy.Kill()
-	testkit.InsertEvents(t, pool, 20) // silent: the gate is still closed
-	inserted += 20
-	require.EqualValues(t, 1, testkit.QueryInt(t, pool, gateClosed), "the gate expired before the silent inserts")
+	testkit.WaitFor(t, 30*time.Second, "the killed relay's session to release the gate", func() bool {
+		return testkit.QueryInt(t, pool, gateHeld, notify.GateLockClass) == 0
+	})
+	require.EqualValues(t, 1, testkit.QueryInt(t, pool,
+		`SELECT (date_part('epoch', clock_timestamp()) * 1000 < $1)::int`, deadline),
+		"the gate was released only after the deadline a refresh would have kept")
+	stop()
+	wg.Wait()
+	n := int(inserted.Load())
 
 	startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--busy-rate=1000000")
-	testkit.WaitFor(t, 30*time.Second, "the dead relay's gate and leases to expire", func() bool {
-		return testkit.QueryInt(t, pool, gateClosed) == 0 &&
-			testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending' AND available_at > now()`) == 0
+	testkit.WaitFor(t, 30*time.Second, "the dead relay's leases to expire", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending' AND available_at > now()`) == 0
 	})
-	testkit.InsertEvents(t, pool, 1) // notifies, and the claim it causes takes the silent ones too
-	inserted++
+	testkit.InsertEvents(t, pool, 1) // notifies, and the claim it causes takes the rest too
 	counter := testkit.Counter{}
-	collect(t, queue, counter, inserted, 60*time.Second)
+	collect(t, queue, counter, n+1, 60*time.Second)
 }
 
 // Producers queued on the NOTIFY lock close the gate even when the insert

@@ -325,19 +325,19 @@ func (c *RunCmd) sessionURL() (url, flag string) {
 // gate returns the notification gate, or nil if its sequence does not
 // exist (a schema from before the gate).
 func (c *RunCmd) gate(ctx context.Context, pool *pgxpool.Pool, cc claim.Config) (*notify.Gate, error) {
+	table, err := cc.TableIdentifier()
+	if err != nil {
+		return nil, usageError{err}
+	}
 	var seq pgx.Identifier
 	if c.GateSeq != "" {
 		seq = strings.Split(c.GateSeq, ".")
 	} else {
-		table, err := cc.TableIdentifier()
-		if err != nil {
-			return nil, usageError{err}
-		}
 		seq = slices.Clone(table)
 		seq[len(seq)-1] += "_wakeup"
 		c.GateSeq = strings.Join(seq, ".")
 	}
-	gate, err := notify.NewGate(pool, c.Channel, seq, 0)
+	gate, err := notify.NewGate(pool, c.Channel, table, seq, 0)
 	if err != nil {
 		return nil, usagef("--gate-sequence: %v", err)
 	}
