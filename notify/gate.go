@@ -2,13 +2,11 @@ package notify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -22,12 +20,6 @@ const GateLockClass = 1868722809
 // DefaultGateTTL is how long a closed gate stays closed unless refreshed.
 const DefaultGateTTL = 2 * time.Second
 
-// gateLockWait bounds Close's wait for the gate lock. Producers that found
-// the gate open keep the lock shared until they commit, which takes
-// milliseconds; a relay that holds it keeps it for as long as it is busy.
-// Neither is worth holding up the relay's steering for.
-const gateLockWait = 100 * time.Millisecond
-
 // gateWritersPoll is how often Open looks again for the producers it waits
 // for; their transactions are the length of an insert and a commit.
 const gateWritersPoll = time.Millisecond
@@ -37,12 +29,15 @@ const gateWritersPoll = time.Millisecond
 // since the epoch by PostgreSQL's clock, until which triggers of earlier
 // versions skip NOTIFY.
 const (
-	gateOpenSQL     = `SELECT setval($1::regclass, 0, true)`
-	gateCloseSQL    = `SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $2, true)`
-	gateCheckSQL    = `SELECT pg_sequence_last_value($1::regclass)`
-	gateSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('lock_timeout', $2, true)`
-	gateLockSQL     = `SELECT pg_advisory_xact_lock(1868722809, hashtext($1))`
-	gateRefreshSQL  = `SELECT 1`
+	gateOpenSQL  = `SELECT setval($1::regclass, 0, true)`
+	gateCloseSQL = `SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $2, true)`
+	gateCheckSQL = `SELECT pg_sequence_last_value($1::regclass)`
+	// gateSettingsSQL: $1 the TTL in milliseconds; the lock may wait as
+	// long as it takes.
+	gateSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true),
+		set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true)`
+	gateLockSQL    = `SELECT pg_advisory_xact_lock(1868722809, hashtext($1))`
+	gateRefreshSQL = `SELECT 1`
 	// gateWritersSQL lists the transactions that hold the table's ROW
 	// EXCLUSIVE lock: every producer with an insert in flight, from the
 	// start of its INSERT to its commit or rollback. $1 is the table.
@@ -77,6 +72,11 @@ type GateDB interface {
 // relay that dies releases it with its connection, so neither silences the
 // trigger for longer. Holding it takes one connection of db while closed.
 //
+// Close does not wait for the lock: producers that found the gate open
+// keep it shared to their commit, and a request waiting behind them already
+// makes every new try fail. The request waits, in the background, for as
+// long as they run.
+//
 // Open commits that transaction and then waits for every transaction that
 // held the table's ROW EXCLUSIVE lock at that moment, which covers every
 // producer that may have found the gate closed; a claim after Open returns
@@ -91,8 +91,13 @@ type Gate struct {
 	table    string
 	ttl      time.Duration
 
-	mu   sync.Mutex
-	held pgx.Tx // the transaction holding the gate lock, while closed
+	mu sync.Mutex // serializes Open and Close
+	// held is the transaction holding the gate lock. While the lock is
+	// requested and not yet granted, acquiring is where the request's
+	// outcome arrives, and cancel withdraws it.
+	held      pgx.Tx
+	acquiring chan gateLock
+	cancel    context.CancelFunc
 }
 
 // NewGate returns the gate of channel on the outbox table (an identifier
@@ -140,6 +145,7 @@ func (g *Gate) Open(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	_, err := g.db.Exec(ctx, gateOpenSQL, g.sequence)
+	g.settle()
 	if g.held != nil {
 		// A commit that fails leaves the lock released all the same: the
 		// transaction ends with its session.
@@ -148,6 +154,7 @@ func (g *Gate) Open(ctx context.Context) error {
 		}
 		g.held = nil
 	}
+	g.release()
 	if err != nil {
 		return fmt.Errorf("open gate: %w", err)
 	}
@@ -191,10 +198,10 @@ func (g *Gate) waitWriters(ctx context.Context) error {
 // Close stops the trigger's notifications for TTL. Call it again before TTL
 // has passed to keep the gate closed.
 //
-// When the lock stays taken for longer than gateLockWait, by another relay
-// that closed the gate or by producers that found it open and have not
-// committed yet, Close sets the sequence alone and returns nil: the relay
-// polls either way, and the next Close tries the lock again.
+// While the lock is held by another relay that closed the gate, or by
+// producers that found it open and have not committed yet, Close's request
+// waits for it in the background; a waiting request silences the trigger
+// as a granted one does.
 //
 // The transaction holding the lock runs nothing else, so that it holds no
 // other lock (a setval in it would keep the sequence from DDL until it
@@ -202,46 +209,92 @@ func (g *Gate) waitWriters(ctx context.Context) error {
 func (g *Gate) Close(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := g.hold(ctx); err != nil {
-		return fmt.Errorf("close gate: %w", err)
+	err := g.hold(ctx)
+	if err == nil {
+		_, err = g.db.Exec(ctx, gateCloseSQL, g.sequence, g.ttl.Milliseconds())
 	}
-	if _, err := g.db.Exec(ctx, gateCloseSQL, g.sequence, g.ttl.Milliseconds()); err != nil {
+	if err != nil {
 		// The caller takes the gate for open: so must the trigger.
-		if g.held != nil {
-			g.rollback()
-		}
+		g.release()
 		return fmt.Errorf("close gate: %w", err)
 	}
 	return nil
 }
 
-// hold takes the gate lock, or keeps it: a statement in the holding
-// transaction restarts its idle timeout.
+// gateLock is the outcome of a request for the gate lock.
+type gateLock struct {
+	tx  pgx.Tx // holding the lock; nil on error
+	err error
+}
+
+// hold keeps the gate lock, or requests it. A statement in the holding
+// transaction restarts its idle timeout. A request that failed is reported
+// and made again.
 func (g *Gate) hold(ctx context.Context) error {
-	if g.held != nil {
+	failed := g.settle()
+	switch {
+	case g.acquiring != nil:
+		return nil
+	case g.held != nil:
 		if _, err := g.held.Exec(ctx, gateRefreshSQL); err == nil {
 			return nil
 		}
 		// The session ended (its idle timeout, say), and the lock with it.
 		g.rollback()
 	}
+	lockCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan gateLock, 1)
+	g.acquiring, g.cancel = done, cancel
+	go func() { done <- g.request(lockCtx) }()
+	return failed
+}
+
+// request begins the gate's transaction and waits in it for the lock.
+func (g *Gate) request(ctx context.Context) gateLock {
 	tx, err := g.db.Begin(ctx)
 	if err != nil {
-		return err
+		return gateLock{err: err}
 	}
 	b := &pgx.Batch{}
-	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10),
-		strconv.FormatInt(gateLockWait.Milliseconds(), 10))
+	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10))
 	b.Queue(gateLockSQL, g.channel)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
-			return nil
-		}
-		return err
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+		return gateLock{err: err}
 	}
-	g.held = tx
-	return nil
+	return gateLock{tx: tx}
+}
+
+// settle takes the outcome of a request that has one, and returns its
+// error.
+func (g *Gate) settle() error {
+	if g.acquiring == nil {
+		return nil
+	}
+	select {
+	case r := <-g.acquiring:
+		g.acquiring = nil
+		g.cancel()
+		g.held = r.tx
+		return r.err
+	default:
+		return nil
+	}
+}
+
+// release withdraws a request still waiting, and ends a held transaction.
+func (g *Gate) release() {
+	if g.acquiring != nil {
+		g.cancel()
+		r := <-g.acquiring
+		g.acquiring = nil
+		g.held = r.tx
+	}
+	if g.held != nil {
+		g.rollback()
+	}
 }
 
 // rollback ends the held transaction, whose session may be gone.

@@ -51,6 +51,16 @@ func (e *gateEnv) next(t *testing.T) string {
 	return n.Payload
 }
 
+// close closes the gate and waits until its lock is granted: Close
+// returns once the request is on its way.
+func (e *gateEnv) close(t *testing.T) {
+	t.Helper()
+	require.NoError(t, e.gate.Close(context.Background()))
+	testkit.WaitFor(t, eventTimeout, "the gate lock to be granted", func() bool {
+		return gateHolders(t, e.pool) == 1
+	})
+}
+
 // marker sends a notification with payload p after everything before it, so
 // that a test can prove no notification came first without waiting for one.
 func (e *gateEnv) marker(t *testing.T, p string) {
@@ -66,7 +76,7 @@ func TestGateSilencesTheTriggerOnlyWhileClosed(t *testing.T) {
 	testkit.Exec(t, e.pool, insertOne)
 	require.Equal(t, "", e.next(t), "a fresh gate is open: the insert notifies")
 
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 	testkit.Exec(t, e.pool, insertOne)
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "after closed inserts")
@@ -83,8 +93,7 @@ func TestGateSilencesTheTriggerOnlyWhileClosed(t *testing.T) {
 func TestClosedGateExpiresAfterItsTTL(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, 300*time.Millisecond)
-	ctx := context.Background()
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "closed")
 	require.Equal(t, "closed", e.next(t))
@@ -95,7 +104,7 @@ func TestClosedGateExpiresAfterItsTTL(t *testing.T) {
 	testkit.Exec(t, e.pool, insertOne)
 	require.Equal(t, "", e.next(t), "an expired gate still silenced the trigger")
 
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 	require.EqualValues(t, 1, gateHolders(t, e.pool), "Close after the expiry did not take the gate again")
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "closed again")
@@ -107,7 +116,7 @@ func TestClosedGateExpiresAfterItsTTL(t *testing.T) {
 func TestGateOfAnEndedSessionIsOpen(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
-	require.NoError(t, e.gate.Close(context.Background()))
+	e.close(t)
 	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
 		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
 		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass))
@@ -143,7 +152,7 @@ func TestClosedGateLeavesProducersHoldingNothing(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 
 	producer, err := e.pool.Begin(ctx)
 	require.NoError(t, err)
@@ -163,28 +172,64 @@ func TestClosedGateLeavesProducersHoldingNothing(t *testing.T) {
 }
 
 // Two relays: the second one's Close finds the gate held by the first and
-// returns; once the first opens, the second's next Close takes it.
-func TestSecondRelaysCloseTakesTheGateOnceTheFirstOpensIt(t *testing.T) {
+// returns, its request waiting; when the first opens the gate, the second
+// takes it, and the trigger stays silent throughout.
+func TestSecondRelayTakesTheGateWhenTheFirstOpensIt(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
 	second, err := NewGate(e.pool, "outbox", pgx.Identifier{"public", "outbox"}, pgx.Identifier{"public", "outbox_wakeup"}, time.Hour)
 	require.NoError(t, err)
+	defer func() { require.NoError(t, second.Open(ctx)) }()
 
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 	require.NoError(t, second.Close(ctx), "the gate held by another relay is closed all the same")
-	require.EqualValues(t, 1, gateHolders(t, e.pool))
+	testkit.WaitFor(t, eventTimeout, "the second relay's request to wait", func() bool {
+		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass) == 1
+	})
+	testkit.Exec(t, e.pool, insertOne)
 
 	require.NoError(t, e.gate.Open(ctx))
+	testkit.WaitFor(t, eventTimeout, "the second relay to hold the gate", func() bool {
+		return gateHolders(t, e.pool) == 1
+	})
 	testkit.Exec(t, e.pool, insertOne)
-	require.Equal(t, "", e.next(t), "the first relay opened the gate")
+	e.marker(t, "second holds")
+	require.Equal(t, "second holds", e.next(t), "an insert notified while a relay held or requested the gate")
+	require.NoError(t, second.Close(ctx), "refreshing the held gate")
+}
 
-	require.NoError(t, second.Close(ctx))
-	require.EqualValues(t, 1, gateHolders(t, e.pool), "the second relay did not take the gate")
+// A producer that found the gate open keeps its lock shared until it
+// commits, however long that takes. Close does not wait for it: its
+// request queues behind the producer, and a queued request already makes
+// every new producer's try fail.
+func TestCloseQueuedBehindAnOpenGatesProducerSilencesTheTrigger(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	ctx := context.Background()
+	producer, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer producer.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = producer.Exec(ctx, insertOne)
+	require.NoError(t, err)
+
+	require.NoError(t, e.gate.Close(ctx))
+	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
+		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass) == 1
+	})
 	testkit.Exec(t, e.pool, insertOne)
-	e.marker(t, "second closed")
-	require.Equal(t, "second closed", e.next(t))
-	require.NoError(t, second.Open(ctx))
+	e.marker(t, "queued")
+	require.Equal(t, "queued", e.next(t), "an insert notified while Close's request was queued")
+
+	require.NoError(t, producer.Commit(ctx))
+	require.Equal(t, "", e.next(t), "the producer that found the gate open did not notify")
+	testkit.WaitFor(t, eventTimeout, "the gate lock to be granted", func() bool {
+		return gateHolders(t, e.pool) == 1
+	})
 }
 
 // A trigger of an earlier version reads the gate sequence, which Close and
@@ -201,7 +246,7 @@ func TestGateSilencesTheTriggerOfEarlierVersions(t *testing.T) {
 	require.True(t, ok)
 	testkit.Exec(t, e.pool, fn)
 
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "closed")
 	require.Equal(t, "closed", e.next(t), "the earlier trigger notified through a closed gate")
@@ -217,7 +262,7 @@ func TestGateOpenWaitsForProducersThatSawItClosed(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 
 	producer, err := e.pool.Begin(ctx)
 	require.NoError(t, err)
@@ -257,7 +302,7 @@ func TestRepeatableReadProducerSeesTheGateOpen(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 
 	producer, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
@@ -278,7 +323,7 @@ func TestRepeatableReadProducerSeesTheGateOpen(t *testing.T) {
 func TestTriggerWithoutTheGateNotifies(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
-	require.NoError(t, e.gate.Close(context.Background()))
+	e.close(t)
 	testkit.Exec(t, e.pool, `CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox
 		FOR EACH STATEMENT EXECUTE FUNCTION outboxrelay_notify('outbox')`)
 	testkit.Exec(t, e.pool, insertOne)
@@ -311,7 +356,7 @@ func TestProducerWithoutPrivilegesPassesTheGate(t *testing.T) {
 		testkit.Exec(t, e.pool, "DROP ROLE "+pgx.Identifier{role}.Sanitize())
 	})
 	testkit.Exec(t, e.pool, "GRANT INSERT ON outbox TO "+pgx.Identifier{role}.Sanitize())
-	require.NoError(t, e.gate.Close(ctx))
+	e.close(t)
 
 	tx, err := e.pool.Begin(ctx)
 	require.NoError(t, err)
