@@ -20,9 +20,14 @@ const GateLockClass = 1868722809
 // DefaultGateTTL is how long a closed gate stays closed unless refreshed.
 const DefaultGateTTL = 2 * time.Second
 
-// gateWritersPoll is how often Open looks again for the producers it waits
-// for; their transactions are the length of an insert and a commit.
-const gateWritersPoll = time.Millisecond
+// Open looks again for the producers it waits for after gateWritersPoll,
+// doubling the pause up to gateWritersPollMax: their transactions are
+// mostly the length of an insert and a commit, and reading pg_locks takes
+// every lock partition's lock, so a long wait should not read it often.
+const (
+	gateWritersPoll    = time.Millisecond
+	gateWritersPollMax = 50 * time.Millisecond
+)
 
 // Gate statements. $1 of the sequence statements is the gate sequence's
 // schema-qualified, quoted name; its value is the time, in milliseconds
@@ -176,7 +181,8 @@ func (g *Gate) waitWriters(ctx context.Context) error {
 	if len(writers) == 0 {
 		return nil
 	}
-	t := time.NewTimer(gateWritersPoll)
+	pause := gateWritersPoll
+	t := time.NewTimer(pause)
 	defer t.Stop()
 	for {
 		var still bool
@@ -186,7 +192,8 @@ func (g *Gate) waitWriters(ctx context.Context) error {
 		if !still {
 			return nil
 		}
-		t.Reset(gateWritersPoll)
+		t.Reset(pause)
+		pause = min(2*pause, gateWritersPollMax)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("producers in flight: %w", ctx.Err())

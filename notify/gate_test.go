@@ -61,6 +61,19 @@ func (e *gateEnv) close(t *testing.T) {
 	})
 }
 
+// producer begins a transaction that inserts one event and stays open; it
+// rolls back at the end of the test unless committed.
+func (e *gateEnv) producer(t *testing.T) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	_, err = tx.Exec(ctx, insertOne)
+	require.NoError(t, err)
+	return tx
+}
+
 // marker sends a notification with payload p after everything before it, so
 // that a test can prove no notification came first without waiting for one.
 func (e *gateEnv) marker(t *testing.T, p string) {
@@ -154,11 +167,7 @@ func TestClosedGateLeavesProducersHoldingNothing(t *testing.T) {
 	ctx := context.Background()
 	e.close(t)
 
-	producer, err := e.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer producer.Rollback(ctx) //nolint:errcheck // read-only check
-	_, err = producer.Exec(ctx, insertOne)
-	require.NoError(t, err)
+	producer := e.producer(t)
 	var advisory, sequence int
 	require.NoError(t, producer.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE locktype = 'advisory'),
@@ -209,11 +218,7 @@ func TestCloseQueuedBehindAnOpenGatesProducerSilencesTheTrigger(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
-	producer, err := e.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer producer.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = producer.Exec(ctx, insertOne)
-	require.NoError(t, err)
+	producer := e.producer(t)
 
 	require.NoError(t, e.gate.Close(ctx))
 	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
@@ -264,11 +269,7 @@ func TestGateOpenWaitsForProducersThatSawItClosed(t *testing.T) {
 	ctx := context.Background()
 	e.close(t)
 
-	producer, err := e.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer producer.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = producer.Exec(ctx, insertOne)
-	require.NoError(t, err)
+	producer := e.producer(t)
 
 	opened := make(chan error, 1)
 	go func() { opened <- e.gate.Open(ctx) }()
