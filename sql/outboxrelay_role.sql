@@ -12,8 +12,9 @@
 --     release, cleanup); it may not insert, and it owns nothing;
 --   * read and set the wake-up gate sequence (TABLE_wakeup), and read the
 --     id column's sequence (the producers' insert rate);
---   * use the schema, connect, LISTEN, NOTIFY (its heartbeat) and take
---     advisory locks, which every role may.
+--   * use the schema, connect, LISTEN, NOTIFY (its heartbeat), take
+--     advisory locks (the gate) and read pg_locks (the producers in flight
+--     when the gate opens), which every role may.
 -- It may not create, alter or drop anything: no DDL at run time.
 --
 -- Variables (-v name=value), with their defaults:
