@@ -17,6 +17,12 @@ import (
 // earlier versions try 1868722808 and read the gate sequence instead.)
 const GateLockClass = 1868722809
 
+// GateApplicationName is the application_name of the session that holds
+// the gate, for the length of the gate's transaction: pg_stat_activity
+// shows it idle in transaction while the gate is closed, holding no lock
+// but the gate's.
+const GateApplicationName = "outboxrelay-gate"
+
 // DefaultGateTTL is how long a closed gate stays closed unless refreshed.
 const DefaultGateTTL = 2 * time.Second
 
@@ -37,10 +43,11 @@ const (
 	gateOpenSQL  = `SELECT setval($1::regclass, 0, true)`
 	gateCloseSQL = `SELECT setval($1::regclass, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + $2, true)`
 	gateCheckSQL = `SELECT pg_sequence_last_value($1::regclass)`
-	// gateSettingsSQL: $1 the TTL in milliseconds; the lock may wait as
-	// long as it takes.
+	// gateSettingsSQL: $1 the TTL in milliseconds, $2 GateApplicationName;
+	// the lock may wait as long as it takes.
 	gateSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true),
-		set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true)`
+		set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true),
+		set_config('application_name', $2, true)`
 	gateLockSQL    = `SELECT pg_advisory_xact_lock(1868722809, hashtext($1))`
 	gateRefreshSQL = `SELECT 1`
 	// gateWritersSQL lists the transactions that hold the table's ROW
@@ -263,7 +270,7 @@ func (g *Gate) request(ctx context.Context) gateLock {
 		return gateLock{err: err}
 	}
 	b := &pgx.Batch{}
-	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10))
+	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10), GateApplicationName)
 	b.Queue(gateLockSQL, g.channel)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

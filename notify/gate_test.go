@@ -90,6 +90,9 @@ func TestGateSilencesTheTriggerOnlyWhileClosed(t *testing.T) {
 	require.Equal(t, "", e.next(t), "a fresh gate is open: the insert notifies")
 
 	e.close(t)
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = $1 AND state = 'idle in transaction'`,
+		GateApplicationName), "the gate's session does not name itself")
 	testkit.Exec(t, e.pool, insertOne)
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "after closed inserts")
