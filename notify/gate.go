@@ -220,17 +220,21 @@ func (g *Gate) waitWriters(ctx context.Context) error {
 // The transaction holding the lock runs nothing else, so that it holds no
 // other lock (a setval in it would keep the sequence from DDL until it
 // ends): the sequence is set through db.
+//
+// An error from an earlier request for the lock, which failed in the
+// background (its connection lost, say), is returned once the request has
+// been made again: the gate is closed all the same.
 func (g *Gate) Close(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	err := g.hold(ctx)
-	if err == nil {
-		_, err = g.db.Exec(ctx, gateCloseSQL, g.sequence, g.ttl.Milliseconds())
-	}
-	if err != nil {
+	failed := g.hold(ctx)
+	if _, err := g.db.Exec(ctx, gateCloseSQL, g.sequence, g.ttl.Milliseconds()); err != nil {
 		// The caller takes the gate for open: so must the trigger.
 		g.release()
 		return fmt.Errorf("close gate: %w", err)
+	}
+	if failed != nil {
+		return fmt.Errorf("close gate: the request for the lock failed, and was made again: %w", failed)
 	}
 	return nil
 }
@@ -241,9 +245,9 @@ type gateLock struct {
 	err error
 }
 
-// hold keeps the gate lock, or requests it. A statement in the holding
-// transaction restarts its idle timeout. A request that failed is reported
-// and made again.
+// hold keeps the gate lock, or requests it; it returns the error of an
+// earlier request that failed, which it makes again. A statement in the
+// holding transaction restarts its idle timeout.
 func (g *Gate) hold(ctx context.Context) error {
 	failed := g.settle()
 	switch {

@@ -240,6 +240,45 @@ func TestCloseQueuedBehindAnOpenGatesProducerSilencesTheTrigger(t *testing.T) {
 	})
 }
 
+// A request for the lock that fails in the background (its backend
+// terminated while it waits behind a producer) is reported by the next
+// Close, which has made it again: the gate stays closed throughout.
+func TestCloseMakesAFailedRequestAgain(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	ctx := context.Background()
+	producer := e.producer(t)
+	require.NoError(t, e.gate.Close(ctx))
+	const waiting = `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
+		return testkit.QueryInt(t, e.pool, waiting, GateLockClass) == 1
+	})
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass))
+	testkit.WaitFor(t, eventTimeout, "the request to end with its backend", func() bool {
+		return testkit.QueryInt(t, e.pool, waiting, GateLockClass) == 0
+	})
+
+	// The request's outcome reaches the gate through a channel: Close
+	// reports it once it has arrived.
+	var err error
+	testkit.WaitFor(t, eventTimeout, "Close to report the failed request", func() bool {
+		err = e.gate.Close(ctx)
+		return err != nil
+	})
+	require.ErrorContains(t, err, "was made again")
+	testkit.WaitFor(t, eventTimeout, "the new request to queue behind the producer", func() bool {
+		return testkit.QueryInt(t, e.pool, waiting, GateLockClass) == 1
+	})
+	require.NoError(t, producer.Commit(ctx))
+	testkit.WaitFor(t, eventTimeout, "the gate lock to be granted", func() bool {
+		return gateHolders(t, e.pool) == 1
+	})
+}
+
 // A trigger of an earlier version reads the gate sequence, which Close and
 // Open still set.
 func TestGateSilencesTheTriggerOfEarlierVersions(t *testing.T) {
