@@ -56,6 +56,22 @@ func (e *gateEnv) next(t *testing.T) string {
 func (e *gateEnv) close(t *testing.T) {
 	t.Helper()
 	require.NoError(t, e.gate.Close(context.Background()))
+	e.awaitHeld(t)
+}
+
+// closeQueued closes the gate while a producer holds its lock shared, and
+// waits until Close's request is queued behind it.
+func (e *gateEnv) closeQueued(t *testing.T) {
+	t.Helper()
+	require.NoError(t, e.gate.Close(context.Background()))
+	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
+		return gateWaiters(t, e.pool) == 1
+	})
+}
+
+// awaitHeld waits until a session holds the gate lock.
+func (e *gateEnv) awaitHeld(t *testing.T) {
+	t.Helper()
 	testkit.WaitFor(t, eventTimeout, "the gate lock to be granted", func() bool {
 		return gateHolders(t, e.pool) == 1
 	})
@@ -133,9 +149,7 @@ func TestGateOfAnEndedSessionIsOpen(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	e.close(t)
-	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass))
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+gateLocks, GateLockClass, true))
 	testkit.WaitFor(t, 10*time.Second, "the killed session to release the gate", func() bool {
 		return gateHolders(t, e.pool) == 0
 	})
@@ -143,12 +157,22 @@ func TestGateOfAnEndedSessionIsOpen(t *testing.T) {
 	require.Equal(t, "", e.next(t), "a gate whose session ended still silenced the trigger")
 }
 
+// gateLocks selects the gate lock's holders ($2 true) or the requests
+// waiting for it ($2 false) in the test's database ($1 GateLockClass).
+const gateLocks = `FROM pg_locks
+	WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted = $2
+	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
 // gateHolders counts the sessions holding the gate lock.
 func gateHolders(t *testing.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
-	return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass)
+	return testkit.QueryInt(t, pool, "SELECT count(*) "+gateLocks, GateLockClass, true)
+}
+
+// gateWaiters counts the requests waiting for the gate lock.
+func gateWaiters(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	return testkit.QueryInt(t, pool, "SELECT count(*) "+gateLocks, GateLockClass, false)
 }
 
 // openWaiting reports whether Open has looked, at least once, for the
@@ -197,9 +221,7 @@ func TestSecondRelayTakesTheGateWhenTheFirstOpensIt(t *testing.T) {
 	e.close(t)
 	require.NoError(t, second.Close(ctx), "the gate held by another relay is closed all the same")
 	testkit.WaitFor(t, eventTimeout, "the second relay's request to wait", func() bool {
-		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
-			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass) == 1
+		return gateWaiters(t, e.pool) == 1
 	})
 	testkit.Exec(t, e.pool, insertOne)
 
@@ -223,21 +245,14 @@ func TestCloseQueuedBehindAnOpenGatesProducerSilencesTheTrigger(t *testing.T) {
 	ctx := context.Background()
 	producer := e.producer(t)
 
-	require.NoError(t, e.gate.Close(ctx))
-	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
-		return testkit.QueryInt(t, e.pool, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
-			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass) == 1
-	})
+	e.closeQueued(t)
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "queued")
 	require.Equal(t, "queued", e.next(t), "an insert notified while Close's request was queued")
 
 	require.NoError(t, producer.Commit(ctx))
 	require.Equal(t, "", e.next(t), "the producer that found the gate open did not notify")
-	testkit.WaitFor(t, eventTimeout, "the gate lock to be granted", func() bool {
-		return gateHolders(t, e.pool) == 1
-	})
+	e.awaitHeld(t)
 }
 
 // A request for the lock that fails in the background (its backend
@@ -248,18 +263,10 @@ func TestCloseMakesAFailedRequestAgain(t *testing.T) {
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
 	producer := e.producer(t)
-	require.NoError(t, e.gate.Close(ctx))
-	const waiting = `SELECT count(*) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
-		return testkit.QueryInt(t, e.pool, waiting, GateLockClass) == 1
-	})
-	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND NOT granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, GateLockClass))
+	e.closeQueued(t)
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+gateLocks, GateLockClass, false))
 	testkit.WaitFor(t, eventTimeout, "the request to end with its backend", func() bool {
-		return testkit.QueryInt(t, e.pool, waiting, GateLockClass) == 0
+		return gateWaiters(t, e.pool) == 0
 	})
 
 	// The request's outcome reaches the gate through a channel: Close
@@ -271,12 +278,10 @@ func TestCloseMakesAFailedRequestAgain(t *testing.T) {
 	})
 	require.ErrorContains(t, err, "was made again")
 	testkit.WaitFor(t, eventTimeout, "the new request to queue behind the producer", func() bool {
-		return testkit.QueryInt(t, e.pool, waiting, GateLockClass) == 1
+		return gateWaiters(t, e.pool) == 1
 	})
 	require.NoError(t, producer.Commit(ctx))
-	testkit.WaitFor(t, eventTimeout, "the gate lock to be granted", func() bool {
-		return gateHolders(t, e.pool) == 1
-	})
+	e.awaitHeld(t)
 }
 
 // A trigger of an earlier version reads the gate sequence, which Close and
