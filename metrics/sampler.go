@@ -23,6 +23,12 @@ const (
 	queueUsageSQL = `SELECT pg_notification_queue_usage()`
 )
 
+// minOpTimeout is the least time the sampler gives one of its statements,
+// or the opening of its session, however short its Interval: a session
+// takes a fork of a server process to open, which a loaded server may not
+// do within a short interval.
+const minOpTimeout = 5 * time.Second
+
 // samplerLockSpace is the first key of the sampling lock (the ordering
 // index build uses 1868722809).
 const samplerLockSpace = 1868722810
@@ -44,7 +50,9 @@ type SamplerConfig struct {
 	// the sampler samples through Store on every interval, as every other
 	// relay of the table does.
 	Session *pgx.ConnConfig
-	// Interval is how often the gauges are read. Default 15s.
+	// Interval is how often the gauges are read. Default 15s. Each of the
+	// sampler's statements, and the opening of its session, may take as
+	// long, and at least 5s.
 	Interval time.Duration
 	// Logger receives the sampler's logs. Default: discarded.
 	Logger *slog.Logger
@@ -158,11 +166,15 @@ func (s *Sampler) Run(ctx context.Context) error {
 	}
 }
 
+// opTimeout bounds one statement of the sampler, or the opening of its
+// session: the Interval, and at least minOpTimeout.
+func (s *Sampler) opTimeout() time.Duration { return max(s.cfg.Interval, minOpTimeout) }
+
 func (s *Sampler) queueUsage(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	opCtx, cancel := context.WithTimeout(ctx, s.opTimeout())
 	defer cancel()
 	var usage float64
-	if err := s.cfg.Pool.QueryRow(ctx, queueUsageSQL).Scan(&usage); err != nil {
+	if err := s.cfg.Pool.QueryRow(opCtx, queueUsageSQL).Scan(&usage); err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("reading the notification queue's usage failed", "err", err)
 		}
@@ -173,9 +185,9 @@ func (s *Sampler) queueUsage(ctx context.Context) {
 
 // dial opens the sampler's session, or returns nil after logging why not.
 func (s *Sampler) dial(ctx context.Context) *pgx.Conn {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	opCtx, cancel := context.WithTimeout(ctx, s.opTimeout())
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, s.cfg.Session)
+	conn, err := pgx.ConnectConfig(opCtx, s.cfg.Session)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("connecting for the sampling lock failed", "err", err)
@@ -188,10 +200,10 @@ func (s *Sampler) dial(ctx context.Context) *pgx.Conn {
 // tryLock tries for the sampling lock on conn. An error means the
 // connection is no good.
 func (s *Sampler) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	opCtx, cancel := context.WithTimeout(ctx, s.opTimeout())
 	defer cancel()
 	var got bool
-	if err := conn.QueryRow(ctx, tryLockSQL, samplerLockSpace, s.lockKey).Scan(&got); err != nil {
+	if err := conn.QueryRow(opCtx, tryLockSQL, samplerLockSpace, s.lockKey).Scan(&got); err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("taking the sampling lock failed", "err", err)
 		}

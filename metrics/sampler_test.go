@@ -2,11 +2,13 @@ package metrics_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -29,6 +31,12 @@ type sampler struct {
 // session is false.
 func startSampler(t *testing.T, dbURL string, interval time.Duration, session bool) *sampler {
 	t.Helper()
+	return startSamplerWith(t, dbURL, interval, session, nil)
+}
+
+// startSamplerWith is startSampler whose session, if any, dials with dial.
+func startSamplerWith(t *testing.T, dbURL string, interval time.Duration, session bool, dial pgconn.DialFunc) *sampler {
+	t.Helper()
 	pool := testkit.NewPool(t, dbURL)
 	store, err := claim.New(pool, claim.Config{})
 	require.NoError(t, err)
@@ -39,6 +47,9 @@ func startSampler(t *testing.T, dbURL string, interval time.Duration, session bo
 	if session {
 		cfg.Session, err = pgx.ParseConfig(dbURL)
 		require.NoError(t, err)
+		if dial != nil {
+			cfg.Session.DialFunc = dial
+		}
 	}
 	s, err := m.Sampler(cfg)
 	require.NoError(t, err)
@@ -137,4 +148,30 @@ outboxrelay_outbox_events{status="pending"} 3
 outboxrelay_outbox_events{status="published"} 0
 `), "outboxrelay_outbox_events"))
 	}
+}
+
+// TestASessionSlowerToOpenThanTheIntervalStillSamples opens the sampler's
+// session through a dialer that takes five intervals to connect, as a
+// loaded server may take to start a session: the sampler waits for it and
+// samples, where bounding the opening by the interval would give up on
+// every try and never sample.
+func TestASessionSlowerToOpenThanTheIntervalStillSamples(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	testkit.InsertEvents(t, pool, 3)
+	const interval = 20 * time.Millisecond
+	var d net.Dialer
+	slow := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * interval):
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	s := startSamplerWith(t, dbURL, interval, true, slow)
+	testkit.WaitFor(t, 10*time.Second, "the sampler to sample", func() bool {
+		v, _ := s.gauge(t, "outboxrelay_table_sampler")
+		return v == 1
+	})
 }
