@@ -1,0 +1,125 @@
+package claim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MarkPublished marks events confirmed by RabbitMQ as published, in one
+// statement. It returns how many rows changed; fewer than len(ids) means
+// another relay got there first after this one's lease expired.
+func (s *Store) MarkPublished(ctx context.Context, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.markPublished, ids)
+	if err != nil {
+		return 0, fmt.Errorf("mark published: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Retry puts failed events back with their error text, each after its retry
+// delay, or dead-letters them (status failed) when they are permanent
+// failures or have used MaxAttempts.
+func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (RetryResult, error) {
+	var res RetryResult
+	if len(failures) == 0 {
+		return res, nil
+	}
+	ids := make([]int64, len(failures))
+	statuses := make([]string, len(failures))
+	delays := make([]int64, len(failures))
+	errs := make([]string, len(failures))
+	for i, f := range failures {
+		ids[i] = f.ID
+		errs[i] = errorText(f.Err)
+		if s.deadLetters(f) {
+			statuses[i] = s.cfg.Statuses.Failed
+			res.Dead++
+			res.DeadIndex = append(res.DeadIndex, i)
+			continue
+		}
+		statuses[i] = s.cfg.Statuses.Pending
+		d := s.cfg.RetryDelay(f.Attempts, s.jitter())
+		delays[i] = d.Milliseconds()
+		res.Due = append(res.Due, d)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
+		return RetryResult{}, fmt.Errorf("retry: %w", err)
+	}
+	return res, nil
+}
+
+// maxErrorText bounds what is kept of an error in last_error.
+const maxErrorText = 2000
+
+// errorText makes an error storable as text: valid UTF-8, no NUL bytes,
+// bounded length.
+func errorText(err error) string {
+	if err == nil {
+		err = errors.New("unknown error")
+	}
+	s := strings.ToValidUTF8(err.Error(), "?")
+	s = strings.ReplaceAll(s, "\x00", "?")
+	if len(s) > maxErrorText {
+		s = s[:maxErrorText]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// Extend renews the lease on events still held by it, for another
+// Config.Lease from now, and returns how many it renewed: the rows settled
+// meanwhile (published, retried, released) or taken by another claim after
+// the lease lapsed are left alone.
+func (s *Store) Extend(ctx context.Context, lease LeaseID, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.extend, ids, lease, s.cfg.Lease.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("extend lease: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Release gives leased events back unpublished, without counting the attempt:
+// they are claimable again at once.
+func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.release, ids, lease)
+	if err != nil {
+		return 0, fmt.Errorf("release: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// DeletePublished deletes up to limit published events older than retention
+// and returns how many it deleted. Pending and failed events are never
+// touched.
+func (s *Store) DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, s.q.deletePublished, retention.Milliseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete published: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
