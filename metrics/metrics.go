@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,10 +42,13 @@ type Metrics struct {
 	brokerBlocked prometheus.Gauge
 	broker        *prometheus.GaugeVec
 	gateClosed    prometheus.Gauge
-	ready         prometheus.Gauge
-	queueUsage    prometheus.Gauge
-	sampling      prometheus.Gauge
-	table         *tableCollector
+	gateCloses    prometheus.Counter
+	// closed is gateClosed's value, for counting its rises in gateCloses.
+	closed     atomic.Bool
+	ready      prometheus.Gauge
+	queueUsage prometheus.Gauge
+	sampling   prometheus.Gauge
+	table      *tableCollector
 }
 
 // Options configure New.
@@ -116,6 +120,10 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Namespace: namespace, Name: "gate_closed",
 			Help: "1 while the relay keeps the notification gate closed (busy: it polls instead of waiting for NOTIFY).",
 		}),
+		gateCloses: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "gate_closes_total",
+			Help: "Times the relay closed the notification gate after it had been open; its refreshes of a closed gate do not count. A relay that closes it about once a second or more flaps between its busy and idle regimes.",
+		}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "ready",
 			Help: "1 while /readyz answers 200.",
@@ -144,7 +152,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.published, m.retried, m.deadLettered, m.released, m.lag, m.claimDuration, m.publishTime,
-		m.batchEvents, m.connectionUp, m.broker, m.brokerBlocked, m.gateClosed, m.ready, m.queueUsage,
+		m.batchEvents, m.connectionUp, m.broker, m.brokerBlocked, m.gateClosed, m.gateCloses, m.ready, m.queueUsage,
 		m.sampling, m.table, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -184,8 +192,14 @@ func (m *Metrics) DeadLettered(reason string, n int) {
 // Released implements relay.Observer.
 func (m *Metrics) Released(n int) { m.released.Add(float64(n)) }
 
-// GateClosed implements relay.Observer.
-func (m *Metrics) GateClosed(closed bool) { m.gateClosed.Set(b2f(closed)) }
+// GateClosed implements relay.Observer. A relay reports its gate closed at
+// each refresh as well; only a report that finds it open counts a close.
+func (m *Metrics) GateClosed(closed bool) {
+	m.gateClosed.Set(b2f(closed))
+	if m.closed.Swap(closed) != closed && closed {
+		m.gateCloses.Inc()
+	}
+}
 
 // SetConnection sets outboxrelay_connection_up for one service.
 func (m *Metrics) SetConnection(service string, up bool) {

@@ -50,6 +50,7 @@ func TestObserverCountsWhatTheRelayReports(t *testing.T) {
 	require.Equal(t, uint64(1), family(t, reg, "outboxrelay_publish_duration_seconds")[0].GetHistogram().GetSampleCount())
 	require.Equal(t, 4.0, family(t, reg, "outboxrelay_events_released_total")[0].GetCounter().GetValue())
 	require.Equal(t, 1.0, family(t, reg, "outboxrelay_gate_closed")[0].GetGauge().GetValue())
+	require.Equal(t, 1.0, family(t, reg, "outboxrelay_gate_closes_total")[0].GetCounter().GetValue())
 	byReason := func(name string) map[string]float64 {
 		out := map[string]float64{}
 		for _, s := range family(t, reg, name) {
@@ -62,6 +63,25 @@ func TestObserverCountsWhatTheRelayReports(t *testing.T) {
 	require.Equal(t, 1.0, byReason("outboxrelay_events_dead_lettered_total")["invalid"])
 	build := family(t, reg, "outboxrelay_build_info")[0]
 	require.Equal(t, "v1.2.3", build.GetLabel()[1].GetValue())
+}
+
+// TestGateClosesCountOpenToClosed reports the gate as a relay does: closed,
+// refreshed closed, opened, closed again. Two closes, the refresh not one.
+func TestGateClosesCountOpenToClosed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Options{})
+	require.NoError(t, err)
+	closes := func() float64 { return family(t, reg, "outboxrelay_gate_closes_total")[0].GetCounter().GetValue() }
+
+	m.GateClosed(false) // the relay opens its gate at start
+	require.Zero(t, closes())
+	m.GateClosed(true)
+	m.GateClosed(true) // a refresh
+	require.Equal(t, 1.0, closes())
+	m.GateClosed(false)
+	require.Equal(t, 1.0, closes())
+	m.GateClosed(true)
+	require.Equal(t, 2.0, closes())
 }
 
 // BenchmarkPublishedBatch is the observer's cost on the hot path: one

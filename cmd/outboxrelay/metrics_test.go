@@ -68,8 +68,8 @@ func TestEveryMetricMovesWithRealDeliveries(t *testing.T) {
 	})
 	close(stop)
 	producing.Wait()
-	testkit.AwaitMetrics(t, addr, 30*time.Second, "the gate open again", func(m testkit.Metrics) bool {
-		return m.Value("outboxrelay_gate_closed") == 0
+	testkit.AwaitMetrics(t, addr, 30*time.Second, "the gate open again, its close counted", func(m testkit.Metrics) bool {
+		return m.Value("outboxrelay_gate_closed") == 0 && m.Value("outboxrelay_gate_closes_total") >= 1
 	})
 
 	// Good events, an unroutable one (retried in an hour), one to a missing
