@@ -95,6 +95,10 @@ type Config struct {
 	ProducerConcurrency []int
 	// ProducerDuration is how long each producer run inserts. Default 5s.
 	ProducerDuration time.Duration
+	// ProducerPairs is how many times the producer workload runs each
+	// connection count with the triggers enabled and then disabled, the
+	// runs interleaved. Default 2.
+	ProducerPairs int
 	// OrderedShapes are the ordered workload's backlogs, each drained by
 	// the relay, then by the ordered relay with each design. Default
 	// 1000x50, 100000x1, 1x10000.
@@ -149,6 +153,7 @@ func (c Config) withDefaults() Config {
 		c.ProducerConcurrency = []int{1, 8, 32}
 	}
 	c.ProducerDuration = cmp.Or(c.ProducerDuration, 5*time.Second)
+	c.ProducerPairs = cmp.Or(c.ProducerPairs, 2)
 	if len(c.OrderedShapes) == 0 {
 		c.OrderedShapes = []Shape{{1000, 50}, {100000, 1}, {1, 10000}}
 	}
@@ -212,6 +217,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: IdleInterval %s: must be positive", c.IdleInterval)
 	case c.ProducerDuration <= 0:
 		return fmt.Errorf("bench: ProducerDuration %s: must be positive", c.ProducerDuration)
+	case c.ProducerPairs < 1:
+		return fmt.Errorf("bench: ProducerPairs %d: must be at least 1", c.ProducerPairs)
 	case c.DrainWait <= 0:
 		return fmt.Errorf("bench: DrainWait %s: must be positive", c.DrainWait)
 	}
@@ -264,6 +271,7 @@ func (c Config) Flags() []string {
 		"--idle-interval=" + c.IdleInterval.String(),
 		"--producer-concurrency=" + joinInts(c.ProducerConcurrency),
 		"--producer-duration=" + c.ProducerDuration.String(),
+		"--producer-pairs=" + strconv.Itoa(c.ProducerPairs),
 		"--ordered-shapes=" + joinShapes(c.OrderedShapes),
 		"--ordered-distinct-time=" + c.OrderedDistinctTime.String(),
 		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),

@@ -11,7 +11,8 @@ import (
 
 // costMeter measures the CPU a child process and its PostgreSQL backends
 // (found by the child's unique application_name) spend between begin and
-// finish, the child's peak memory and, for a relay, the claims it made. A
+// finish, the child's peak memory and, for a relay, the claims it made and
+// the times it closed its notification gate. A
 // backend first seen at finish counts from 0; one gone by then is not
 // counted.
 type costMeter struct {
@@ -21,7 +22,7 @@ type costMeter struct {
 	metrics string
 	child   time.Duration
 	pg      map[int]time.Duration
-	claims  float64
+	counted counters
 }
 
 // beginCost takes the starting sample. A relay whose metrics endpoint does
@@ -29,7 +30,7 @@ type costMeter struct {
 func beginCost(ctx context.Context, db *database, sys *system) (*costMeter, error) {
 	m := &costMeter{db: db, proc: sys.proc, app: sys.app, metrics: sys.metrics}
 	if m.metrics != "" {
-		m.claims, _ = claims(ctx, m.metrics)
+		m.counted, _ = scrape(ctx, m.metrics)
 	}
 	st, err := readProcStat(m.proc.pid())
 	if err != nil {
@@ -87,11 +88,12 @@ func (m *costMeter) finish(ctx context.Context, events int64) (*Cost, error) {
 	per1k := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) * 1000 / float64(events) }
 	c := &Cost{RelayCPUPer1k: per1k(st.cpu - m.child), PeakRSSMiB: float64(peak) / (1 << 20)}
 	if m.metrics != "" {
-		n, err := claimsOnceUp(ctx, m.metrics)
+		n, err := scrapeOnceUp(ctx, m.metrics)
 		if err != nil {
 			return nil, fmt.Errorf("cost: %w", err)
 		}
-		c.ClaimsPer1k = ptr((n - m.claims) * 1000 / float64(events))
+		c.ClaimsPer1k = ptr((n.claims - m.counted.claims) * 1000 / float64(events))
+		c.GateCloses = ptr(n.gateCloses - m.counted.gateCloses)
 	}
 	c.TotalPer1k = c.RelayCPUPer1k
 	if known {

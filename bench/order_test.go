@@ -73,12 +73,35 @@ func TestOrderedRatiosCompareEachDesignWithTheRelay(t *testing.T) {
 		{Workload: WorkloadOrdered, System: SystemRelay, TargetRate: 1000, Aggregates: 10, Rate: 1000},
 	}
 	r := ComputeRatios(results)
-	require.Equal(t, []ProducerRatio{{Concurrency: 8, WithTrigger: 1000, WithoutTrigger: 1250, Pct: 80, WithIndex: ptr(900.0), IndexPct: ptr(90.0)}}, r.Producer)
+	require.Equal(t, []ProducerRatio{{Concurrency: 8, WithTrigger: 1000, WithoutTrigger: 1250, Pct: 80, PairPct: []float64{80},
+		WithIndex: ptr(900.0), IndexPct: ptr(90.0)}}, r.Producer)
 	require.Equal(t, []OrderedRatio{{Shape: "10x5", Unordered: 200, Keyscan: 180, Distinct: 50, KeyscanPct: ptr(90.0), DistinctPct: ptr(25.0)}}, r.Ordered)
 	require.Equal(t, "ordered 10x5", label(results[3]))
 	require.Equal(t, "ordered 1000/s over 10", label(results[6]))
 	require.Equal(t, "producer c=8 +trigger +index", label(results[2]))
 	require.Equal(t, "producer c=8 +trigger", label(results[0]))
+}
+
+// Pairs of producer runs, on then off, interleaved: the ratio is that of
+// the means, and each pair keeps its own.
+func TestProducerRatioAveragesItsPairs(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	run := func(c int, sys string, trigger, index *bool, rate float64) Result {
+		return Result{Workload: WorkloadProducer, System: sys, Concurrency: c, Trigger: trigger, OrderingIndex: index, Rate: rate}
+	}
+	results := []Result{
+		run(1, SystemRelay, &yes, &no, 900), run(1, SystemRelay, &no, &no, 1000),
+		run(1, SystemRelay, &yes, &no, 700), run(1, SystemRelay, &no, &no, 1000),
+		run(8, SystemRelay, &yes, &no, 3000), run(8, SystemRelay, &no, &no, 4000),
+		run(8, SystemRelay, &yes, &no, 5000), run(8, SystemRelay, &no, &no, 4000),
+		run(1, SystemKeyscan, &yes, &yes, 600), run(1, SystemKeyscan, &yes, &yes, 1000),
+	}
+	require.Equal(t, []ProducerRatio{
+		{Concurrency: 1, WithTrigger: 800, WithoutTrigger: 1000, Pct: 80, PairPct: []float64{90, 70},
+			WithIndex: ptr(800.0), IndexPct: ptr(100.0)},
+		{Concurrency: 8, WithTrigger: 4000, WithoutTrigger: 4000, Pct: 100, PairPct: []float64{75, 125}},
+	}, ComputeRatios(results).Producer)
 }
 
 func TestIdleRatioIsTheRelaysP50AboveTheCeilings(t *testing.T) {

@@ -22,16 +22,19 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 // WriteTable prints one line per result.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\tclaims/1k\trss MiB\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\tclaims/1k\tgate closes\trss MiB\t")
 	for _, r := range results {
 		p50, p90, p99, pmax := "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
 			p50, p90, p99, pmax = num(l.P50), num(l.P90), num(l.P99), num(l.Max)
 		}
-		cpu, claims, rss := "-", "-", "-"
+		cpu, claims, closes, rss := "-", "-", "-", "-"
 		if c := r.Cost; c != nil {
 			if c.ClaimsPer1k != nil {
 				claims = num(*c.ClaimsPer1k)
+			}
+			if c.GateCloses != nil {
+				closes = strconv.FormatFloat(*c.GateCloses, 'f', 0, 64)
 			}
 			cpu = num(c.RelayCPUPer1k) + "+?"
 			if c.PGCPUPer1k != nil {
@@ -39,8 +42,8 @@ func WriteTable(w io.Writer, results []Result) error {
 			}
 			rss = num(c.PeakRSSMiB)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, claims, rss)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, claims, closes, rss)
 	}
 	return tw.Flush()
 }
@@ -59,7 +62,12 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	fmt.Fprintf(tw, "  drain relay/naive\t%s\n", pct(r.DrainRelayVsNaiveX, "×"))
 	fmt.Fprintf(tw, "  idle p50 relay − ceiling\t%s\n", pct(r.IdleRelayOverCeilingMS, "ms"))
 	for _, p := range r.Producer {
-		fmt.Fprintf(tw, "  producer c=%d with/without trigger\t%s %%\t(%s/s vs %s/s)\n", p.Concurrency, num(p.Pct), num(p.WithTrigger), num(p.WithoutTrigger))
+		pairs := make([]string, len(p.PairPct))
+		for i, pct := range p.PairPct {
+			pairs[i] = num(pct) + " %"
+		}
+		fmt.Fprintf(tw, "  producer c=%d with/without trigger\t%s %%\t(%s/s vs %s/s; pairs %s)\n",
+			p.Concurrency, num(p.Pct), num(p.WithTrigger), num(p.WithoutTrigger), strings.Join(pairs, ", "))
 	}
 	for _, p := range r.Producer {
 		if p.IndexPct != nil {

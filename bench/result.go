@@ -58,7 +58,8 @@ type Result struct {
 	// (steady, idle) or when the naive drain ended.
 	Backlog *int64 `json:"backlog"`
 	// Cost is the CPU and memory the system used (relay and naive, in drain
-	// and steady).
+	// and steady; the relay while the producers insert, per 1,000 rows
+	// inserted, in the producer workload).
 	Cost *Cost `json:"cost"`
 }
 
@@ -89,6 +90,11 @@ type Cost struct {
 	// tells the gate's regime: about 1,000 with the gate open (a claim per
 	// notification), fewer with it closed (a claim per busy poll).
 	ClaimsPer1k *float64 `json:"claims_per_1k"`
+	// GateCloses is how many times the relay closed its notification gate
+	// during the run (outboxrelay_gate_closes_total), known where
+	// ClaimsPer1k is. A relay that flaps between its busy and idle regimes
+	// closes it again and again.
+	GateCloses *float64 `json:"gate_closes"`
 }
 
 // Ratios relate the results to each other.
@@ -111,13 +117,17 @@ type Ratios struct {
 	Ordered []OrderedRatio `json:"ordered"`
 }
 
-// ProducerRatio compares inserts per second at one concurrency.
+// ProducerRatio compares inserts per second at one concurrency. Each rate
+// is the mean of that case's runs.
 type ProducerRatio struct {
 	Concurrency    int     `json:"concurrency"`
 	WithTrigger    float64 `json:"with_trigger"`
 	WithoutTrigger float64 `json:"without_trigger"`
 	// Pct is WithTrigger as a percentage of WithoutTrigger.
 	Pct float64 `json:"pct"`
+	// PairPct is each pair's run with the trigger as a percentage of the
+	// run without it that followed, in the order they ran.
+	PairPct []float64 `json:"pair_pct"`
 	// WithIndex is the rate with the trigger and the ordering index.
 	WithIndex *float64 `json:"with_index,omitempty"`
 	// IndexPct is WithIndex as a percentage of WithTrigger.
@@ -174,35 +184,54 @@ func p50(results []Result, workload, system string) *float64 {
 }
 
 func producerRatios(results []Result) []ProducerRatio {
-	with, without, index := map[int]float64{}, map[int]float64{}, map[int]float64{}
+	with, without, index := map[int][]float64{}, map[int][]float64{}, map[int][]float64{}
 	var order []int
 	for _, res := range results {
 		switch {
 		case res.Workload != WorkloadProducer || res.Trigger == nil:
 		case res.OrderingIndex != nil && *res.OrderingIndex:
 			if *res.Trigger {
-				index[res.Concurrency] = res.Rate
+				index[res.Concurrency] = append(index[res.Concurrency], res.Rate)
 			}
 		case *res.Trigger:
-			with[res.Concurrency] = res.Rate
-			order = append(order, res.Concurrency)
+			if _, seen := with[res.Concurrency]; !seen {
+				order = append(order, res.Concurrency)
+			}
+			with[res.Concurrency] = append(with[res.Concurrency], res.Rate)
 		default:
-			without[res.Concurrency] = res.Rate
+			without[res.Concurrency] = append(without[res.Concurrency], res.Rate)
 		}
 	}
 	var out []ProducerRatio
 	for _, c := range order {
-		w, wo := with[c], without[c]
+		w, wo := mean(with[c]), mean(without[c])
 		if wo <= 0 {
 			continue
 		}
 		p := ProducerRatio{Concurrency: c, WithTrigger: w, WithoutTrigger: wo, Pct: 100 * w / wo}
-		if wi, ok := index[c]; ok && w > 0 {
+		for i := range min(len(with[c]), len(without[c])) {
+			if without[c][i] > 0 {
+				p.PairPct = append(p.PairPct, 100*with[c][i]/without[c][i])
+			}
+		}
+		if wi := mean(index[c]); wi > 0 && w > 0 {
 			p.WithIndex, p.IndexPct = ptr(wi), ptr(100*wi/w)
 		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// mean is the mean of xs, 0 for none.
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 func orderedRatios(results []Result) []OrderedRatio {

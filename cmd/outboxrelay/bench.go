@@ -35,6 +35,7 @@ type BenchCmd struct {
 	IdleInterval   time.Duration `name:"idle-interval" default:"200ms" group:"Workloads" help:"Time between idle events."`
 	ProducerConc   []int         `name:"producer-concurrency" default:"1,8,32" group:"Workloads" help:"Connection counts of the producer workload."`
 	ProducerDur    time.Duration `name:"producer-duration" default:"5s" group:"Workloads" help:"How long each producer run inserts."`
+	ProducerPairs  int           `name:"producer-pairs" default:"2" group:"Workloads" help:"Times each producer connection count runs with the triggers on, then off."`
 	ScaleRelays    []int         `name:"scale-relays" default:"1,2,3" group:"Workloads" help:"Relay counts the scale workload drains --drain-events with, side by side."`
 	DrainWait      time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
@@ -64,6 +65,7 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 		IdleInterval:        c.IdleInterval,
 		ProducerConcurrency: c.ProducerConc,
 		ProducerDuration:    c.ProducerDur,
+		ProducerPairs:       c.ProducerPairs,
 		DrainWait:           c.DrainWait,
 		Logger:              c.logger(stderr),
 

@@ -39,7 +39,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--drain-events=300", "--naive-drain-time=1s",
 		"--steady-rates=200", "--steady-duration=1s", "--producers=2",
 		"--idle-events=5", "--idle-interval=20ms",
-		"--producer-concurrency=1,2", "--producer-duration=500ms",
+		"--producer-concurrency=1,2", "--producer-duration=500ms", "--producer-pairs=2",
 		"--ordered-shapes=20x5,50x1,1x40", "--ordered-distinct-time=60s",
 		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
 		"--scale-relays=1,2", "--drain-wait=30s")
@@ -55,6 +55,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "workload")
 	require.Contains(t, stdout.String(), "cpu ms/1k (relay+pg)")
 	require.Contains(t, stdout.String(), "claims/1k")
+	require.Contains(t, stdout.String(), "gate closes")
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
 	require.Contains(t, stdout.String(), "idle p50 relay − ceiling")
@@ -78,7 +79,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"drain", "relay"}: 1, {"drain", "naive"}: 1, {"drain", "ceiling"}: 1,
 		{"steady", "relay"}: 1, {"steady", "naive"}: 1,
 		{"idle", "relay"}: 1, {"idle", "naive"}: 1, {"idle", "ceiling"}: 1,
-		{"producer", "relay"}: 4, {"producer", "keyscan"}: 2,
+		{"producer", "relay"}: 8, {"producer", "keyscan"}: 4,
 		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4, {"ordered", "distinct"}: 4,
 		{"scale", "relay"}: 2,
 	}, counts)
@@ -90,12 +91,14 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.EqualValues(t, 300, drain.Events)
 	require.Positive(t, drain.Rate)
 	require.NotNil(t, drain.Cost)
-	// The relays' claims come from their metrics; the naive poller has none.
+	// The relays' claims and gate closes come from their metrics; the
+	// naive poller has none.
 	for _, row := range [][2]string{{"drain", "relay"}, {"steady", "relay"}} {
 		c := byRow[row].Cost
 		require.NotNil(t, c, "%s %s", row[0], row[1])
 		require.NotNil(t, c.ClaimsPer1k, "%s %s: claims not read", row[0], row[1])
 		require.Positive(t, *c.ClaimsPer1k, "%s %s: claims", row[0], row[1])
+		require.NotNil(t, c.GateCloses, "%s %s: gate closes not read", row[0], row[1])
 	}
 	require.Nil(t, byRow[[2]string{"drain", "naive"}].Cost.ClaimsPer1k, "the naive poller's claims")
 	for _, row := range [][2]string{{"steady", "relay"}, {"idle", "relay"}, {"idle", "ceiling"}} {
@@ -114,6 +117,9 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 			require.Positive(t, r.Rate, "producer c=%d trigger=%v", r.Concurrency, *r.Trigger)
 			require.NotNil(t, r.OrderingIndex)
 			require.Equal(t, r.System == "keyscan", *r.OrderingIndex, "producer c=%d %s", r.Concurrency, r.System)
+			// Each run meters the relay while the producers insert.
+			require.NotNil(t, r.Cost, "producer c=%d %s trigger=%v: cost", r.Concurrency, r.System, *r.Trigger)
+			require.NotNil(t, r.Cost.GateCloses, "producer c=%d %s trigger=%v: gate closes", r.Concurrency, r.System, *r.Trigger)
 		}
 	}
 	var relays []int

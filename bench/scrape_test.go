@@ -15,9 +15,9 @@ import (
 	"github.com/outboxrelay/outboxrelay/metrics"
 )
 
-// The claims come from the relay's own metrics; a relay that does not
-// serve them yet, just started, is read once it does.
-func TestClaimsAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
+// The claims and the gate's closes come from the relay's own metrics; a
+// relay that does not serve them yet, just started, is read once it does.
+func TestCountersAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, metrics.Options{Version: "test"})
@@ -26,6 +26,9 @@ func TestClaimsAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
 		m.Claimed(1, time.Millisecond)
 	}
 	m.Claimed(0, time.Millisecond) // one that found nothing counts too
+	m.GateClosed(true)
+	m.GateClosed(false)
+	m.GateClosed(true)
 
 	var requests atomic.Int32
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -41,11 +44,11 @@ func TestClaimsAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
-	_, err = claims(context.Background(), ln.Addr().String())
+	_, err = scrape(context.Background(), ln.Addr().String())
 	require.Error(t, err, "a relay not serving its metrics yet")
-	n, err := claimsOnceUp(context.Background(), ln.Addr().String())
+	c, err := scrapeOnceUp(context.Background(), ln.Addr().String())
 	require.NoError(t, err)
-	require.EqualValues(t, 4, n)
+	require.Equal(t, counters{claims: 4, gateCloses: 2}, c)
 }
 
 func TestMetricsOffWhenRelayArgsSetTheHTTPAddr(t *testing.T) {

@@ -12,68 +12,86 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// claimsMetric is the relay's histogram of claim durations: its count is
-// one per claim, whether the claim found events or not.
-const claimsMetric = "outboxrelay_claim_duration_seconds"
+// The relay's metrics the benchmark reads. claimsMetric is the histogram
+// of claim durations: its count is one per claim, whether the claim found
+// events or not. gateClosesMetric counts the gate's closes.
+const (
+	claimsMetric     = "outboxrelay_claim_duration_seconds"
+	gateClosesMetric = "outboxrelay_gate_closes_total"
+)
 
 // scrapeTimeout bounds one read of a relay's metrics.
 const scrapeTimeout = 5 * time.Second
 
-// claims reads how many claims the relay whose metrics endpoint listens on
-// addr has made since it started.
-func claims(ctx context.Context, addr string) (float64, error) {
+// counters are what the benchmark reads of a relay's metrics, each since
+// the relay started.
+type counters struct {
+	claims     float64 // claims made, those that found nothing included
+	gateCloses float64 // times the relay closed its notification gate
+}
+
+// scrape reads the counters of the relay whose metrics endpoint listens
+// on addr.
+func scrape(ctx context.Context, addr string) (counters, error) {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return 0, fmt.Errorf("claims: %w", err)
+		return counters{}, fmt.Errorf("relay metrics: %w", err)
 	}
 	req.Close = true // a few reads per run: no idle connection left behind
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("claims: %w", err)
+		return counters{}, fmt.Errorf("relay metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("claims: GET /metrics: %s", resp.Status)
+		return counters{}, fmt.Errorf("relay metrics: GET /metrics: %s", resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("claims: %w", err)
+		return counters{}, fmt.Errorf("relay metrics: %w", err)
 	}
-	f, ok := families[claimsMetric]
-	if !ok {
-		return 0, fmt.Errorf("claims: no %s in the relay's metrics", claimsMetric)
+	var c counters
+	for _, name := range []string{claimsMetric, gateClosesMetric} {
+		f, ok := families[name]
+		if !ok {
+			return counters{}, fmt.Errorf("relay metrics: no %s", name)
+		}
+		for _, m := range f.GetMetric() {
+			switch name {
+			case claimsMetric:
+				c.claims += float64(m.GetHistogram().GetSampleCount())
+			case gateClosesMetric:
+				c.gateCloses += m.GetCounter().GetValue()
+			}
+		}
 	}
-	var n float64
-	for _, m := range f.GetMetric() {
-		n += float64(m.GetHistogram().GetSampleCount())
-	}
-	return n, nil
+	return c, nil
 }
 
-// claimsOnceUp is claims for a relay that may not serve its metrics yet:
+// scrapeOnceUp is scrape for a relay that may not serve its metrics yet:
 // one that has just started (a second relay of the scale workload, say,
 // when the first drained everything meanwhile). It tries until the
 // endpoint answers, for scrapeTimeout at most.
-func claimsOnceUp(ctx context.Context, addr string) (float64, error) {
+func scrapeOnceUp(ctx context.Context, addr string) (counters, error) {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	for {
-		n, err := claims(ctx, addr)
+		c, err := scrape(ctx, addr)
 		if err == nil {
-			return n, nil
+			return c, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, err
+			return counters{}, err
 		case <-time.After(scrapeRetry):
 		}
 	}
 }
 
-// scrapeRetry spaces the attempts of claimsOnceUp.
+// scrapeRetry spaces the attempts of scrapeOnceUp.
 const scrapeRetry = 50 * time.Millisecond
 
 // metricsOff reports whether args set the relay's --http-addr, which leaves
