@@ -48,7 +48,8 @@ const (
 	gateSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true),
 		set_config('lock_timeout', '0', true), set_config('statement_timeout', '0', true),
 		set_config('application_name', $2, true)`
-	gateLockSQL    = `SELECT pg_advisory_xact_lock(1868722809, hashtext($1))`
+	// gateLockSQL: $1 the channel, $2 GateLockClass.
+	gateLockSQL    = `SELECT pg_advisory_xact_lock($2::int4, hashtext($1))`
 	gateRefreshSQL = `SELECT 1`
 	// gateWritersSQL lists the transactions that hold the table's ROW
 	// EXCLUSIVE lock: every producer with an insert in flight, from the
@@ -275,7 +276,7 @@ func (g *Gate) request(ctx context.Context) gateLock {
 	}
 	b := &pgx.Batch{}
 	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10), GateApplicationName)
-	b.Queue(gateLockSQL, g.channel)
+	b.Queue(gateLockSQL, g.channel, int32(GateLockClass))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
