@@ -417,10 +417,10 @@ func TestProducerWithoutPrivilegesPassesTheGate(t *testing.T) {
 }
 
 // The trigger function is written out twice, in the migration and in the
-// drop-in script, and the lock class a third time in Go: all must agree.
+// drop-in script, with the lock class Go knows as GateLockClass: all must
+// agree.
 func TestTriggerFunctionsAgreeWithTheGate(t *testing.T) {
 	class := strconv.Itoa(GateLockClass)
-	require.Contains(t, gateLockSQL, "("+class+",")
 	var bodies []string
 	for _, path := range []string{"../migrations/005_gate_lock.sql", "../sql/outboxrelay_install.sql"} {
 		b, err := os.ReadFile(path)
