@@ -53,20 +53,16 @@ func scrape(ctx context.Context, addr string) (counters, error) {
 	if err != nil {
 		return counters{}, fmt.Errorf("relay metrics: %w", err)
 	}
+	claims, closes := families[claimsMetric], families[gateClosesMetric]
+	if claims == nil || closes == nil {
+		return counters{}, fmt.Errorf("relay metrics: no %s or no %s", claimsMetric, gateClosesMetric)
+	}
 	var c counters
-	for _, name := range []string{claimsMetric, gateClosesMetric} {
-		f, ok := families[name]
-		if !ok {
-			return counters{}, fmt.Errorf("relay metrics: no %s", name)
-		}
-		for _, m := range f.GetMetric() {
-			switch name {
-			case claimsMetric:
-				c.claims += float64(m.GetHistogram().GetSampleCount())
-			case gateClosesMetric:
-				c.gateCloses += m.GetCounter().GetValue()
-			}
-		}
+	for _, m := range claims.GetMetric() {
+		c.claims += float64(m.GetHistogram().GetSampleCount())
+	}
+	for _, m := range closes.GetMetric() {
+		c.gateCloses += m.GetCounter().GetValue()
 	}
 	return c, nil
 }

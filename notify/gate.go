@@ -53,15 +53,12 @@ const (
 	gateRefreshSQL = `SELECT 1`
 	// gateWritersSQL lists the transactions that hold the table's ROW
 	// EXCLUSIVE lock: every producer with an insert in flight, from the
-	// start of its INSERT to its commit or rollback. $1 is the table.
+	// start of its INSERT to its commit or rollback. $1 is the table; $2,
+	// if not null, keeps only the transactions it lists.
 	gateWritersSQL = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
 		WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-	// gateStillSQL is whether any of the transactions $2 still holds it.
-	gateStillSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks
-		WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
 		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND virtualtransaction = ANY ($2::text[]))`
+		  AND ($2::text[] IS NULL OR virtualtransaction = ANY ($2::text[]))`
 )
 
 // GateDB runs the gate's statements; a *pgxpool.Pool satisfies it.
@@ -182,22 +179,15 @@ func (g *Gate) Open(ctx context.Context) error {
 // transaction's commit is visible, so a claim sent after this returns sees
 // their rows.
 func (g *Gate) waitWriters(ctx context.Context) error {
-	var writers []string
-	if err := g.db.QueryRow(ctx, gateWritersSQL, g.table).Scan(&writers); err != nil {
-		return fmt.Errorf("producers in flight: %w", err)
-	}
-	if len(writers) == 0 {
-		return nil
-	}
+	var writers []string // nil at first: every writer
 	pause := gateWritersPoll
 	t := time.NewTimer(pause)
 	defer t.Stop()
 	for {
-		var still bool
-		if err := g.db.QueryRow(ctx, gateStillSQL, g.table, writers).Scan(&still); err != nil {
+		if err := g.db.QueryRow(ctx, gateWritersSQL, g.table, writers).Scan(&writers); err != nil {
 			return fmt.Errorf("producers in flight: %w", err)
 		}
-		if !still {
+		if len(writers) == 0 {
 			return nil
 		}
 		t.Reset(pause)

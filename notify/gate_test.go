@@ -149,7 +149,7 @@ func TestGateOfAnEndedSessionIsOpen(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	e.close(t)
-	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+gateLocks, GateLockClass, true))
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+testkit.GateLocksSQL, GateLockClass, true))
 	testkit.WaitFor(t, 10*time.Second, "the killed session to release the gate", func() bool {
 		return gateHolders(t, e.pool) == 0
 	})
@@ -157,22 +157,16 @@ func TestGateOfAnEndedSessionIsOpen(t *testing.T) {
 	require.Equal(t, "", e.next(t), "a gate whose session ended still silenced the trigger")
 }
 
-// gateLocks selects the gate lock's holders ($2 true) or the requests
-// waiting for it ($2 false) in the test's database ($1 GateLockClass).
-const gateLocks = `FROM pg_locks
-	WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted = $2
-	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-
 // gateHolders counts the sessions holding the gate lock.
 func gateHolders(t *testing.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
-	return testkit.QueryInt(t, pool, "SELECT count(*) "+gateLocks, GateLockClass, true)
+	return testkit.GateLocks(t, pool, GateLockClass, true)
 }
 
 // gateWaiters counts the requests waiting for the gate lock.
 func gateWaiters(t *testing.T, pool *pgxpool.Pool) int64 {
 	t.Helper()
-	return testkit.QueryInt(t, pool, "SELECT count(*) "+gateLocks, GateLockClass, false)
+	return testkit.GateLocks(t, pool, GateLockClass, false)
 }
 
 // openWaiting reports whether Open has looked, at least once, for the
@@ -181,7 +175,7 @@ func gateWaiters(t *testing.T, pool *pgxpool.Pool) int64 {
 func openWaiting(t *testing.T, pool *pgxpool.Pool) bool {
 	t.Helper()
 	return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = $1`, gateStillSQL) > 0
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = $1`, gateWritersSQL) > 0
 }
 
 // With the gate closed a producer pays one failed try of the gate lock: its
@@ -264,7 +258,7 @@ func TestCloseMakesAFailedRequestAgain(t *testing.T) {
 	ctx := context.Background()
 	producer := e.producer(t)
 	e.closeQueued(t)
-	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+gateLocks, GateLockClass, false))
+	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+testkit.GateLocksSQL, GateLockClass, false))
 	testkit.WaitFor(t, eventTimeout, "the request to end with its backend", func() bool {
 		return gateWaiters(t, e.pool) == 0
 	})

@@ -17,11 +17,6 @@ import (
 // that arrives within the test's deadline was found by a notification or by
 // the claim that follows the gate's opening, never by the poll.
 
-// gateClosedSQL counts the holders of the gate lock ($1 notify.GateLockClass).
-const gateClosedSQL = `SELECT count(*) FROM pg_locks
-	WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
-	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
-
 // gateValue is the gate sequence's raw value: 0 when a relay opened it.
 const gateValueSQL = `SELECT pg_sequence_last_value('outbox_wakeup')`
 
@@ -99,7 +94,7 @@ func TestSilentProducerCommittingAfterTheGateOpensIsNotLeftForThePoll(t *testing
 	defer producer.Rollback(ctx) //nolint:errcheck // committed below
 	_, err = producer.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'silent', 'late', '{}')`)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, gateClosedSQL, notify.GateLockClass), "the producer's trigger ran with the gate closed")
+	require.EqualValues(t, 1, testkit.GateLocks(t, e.pool, notify.GateLockClass, true), "the producer's trigger ran with the gate closed")
 
 	n := stop()
 	testkit.WaitFor(t, 30*time.Second, "the idle relay to wait in Open for the silent producer", func() bool {
@@ -145,6 +140,6 @@ func TestStoppingBusyRelayLeavesTheGateOpen(t *testing.T) {
 func waitGateClosed(t *testing.T, e *env) {
 	t.Helper()
 	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		return testkit.QueryInt(t, e.pool, gateClosedSQL, notify.GateLockClass) == 1
+		return testkit.GateLocks(t, e.pool, notify.GateLockClass, true) == 1
 	})
 }

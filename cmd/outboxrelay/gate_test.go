@@ -30,9 +30,6 @@ func TestKilledBusyRelaysGateOpens(t *testing.T) {
 	queue := testkit.NewQueue(t, exchange, "#")
 
 	busy := startRelay(t, relayEnv(dbURL, exchange), "--busy-rate=100", "--lease=3s", "--confirm-timeout=2s")
-	const gateHeld = `SELECT count(*) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1 AND mode = 'ExclusiveLock' AND granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	// Producers keep the relay busy until its gate is released, so that it
 	// is killed holding the gate, not after opening it.
 	var (
@@ -63,7 +60,7 @@ func TestKilledBusyRelaysGateOpens(t *testing.T) {
 		UNION ALL SELECT 0 LIMIT 1`
 	var deadline int64
 	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
-		if testkit.QueryInt(t, pool, gateHeld, notify.GateLockClass) == 0 {
+		if testkit.GateLocks(t, pool, notify.GateLockClass, true) == 0 {
 			return false
 		}
 		deadline = testkit.QueryInt(t, pool, deadlineSQL) // the sequence is set after the lock is taken
@@ -71,7 +68,7 @@ func TestKilledBusyRelaysGateOpens(t *testing.T) {
 	})
 	busy.Kill()
 	testkit.WaitFor(t, 30*time.Second, "the killed relay's session to release the gate", func() bool {
-		return testkit.QueryInt(t, pool, gateHeld, notify.GateLockClass) == 0
+		return testkit.GateLocks(t, pool, notify.GateLockClass, true) == 0
 	})
 	require.EqualValues(t, 1, testkit.QueryInt(t, pool,
 		`SELECT (date_part('epoch', clock_timestamp()) * 1000 < $1)::int`, deadline),
