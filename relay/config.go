@@ -70,9 +70,13 @@ type Config struct {
 	// how far they have inserted (the id sequence's last value) and how
 	// many of their commits queue on PostgreSQL's NOTIFY lock. The relay
 	// reads the sequence every 50ms while the Gate is closed, and while it
-	// is open only when it has claimed something since the last reading,
-	// so an idle relay reads nothing; it reads the lock's waiters at such
-	// a reading while the Gate is open and the rate is at least 100/s, and
+	// is open every 50ms after a claim and every 200ms otherwise: when the
+	// sequence moves past the ids claimed with nothing claimed meanwhile,
+	// the notifications did not come (the trigger disabled, a notification
+	// lost), and the relay claims (and closes the Gate above BusyRate)
+	// rather than leave the events to PollInterval. It reads the lock's
+	// waiters at a reading after a claim while the Gate is open and the
+	// rate is at least 100/s, and
 	// closes the Gate when they average 2 over the last 200ms: notifying
 	// producers are then held back to one commit per WAL flush, which may
 	// be below BusyRate. Without it the rate is read from the ids

@@ -58,6 +58,10 @@ const (
 // for it.
 const insertsTimeout = time.Second
 
+// idleInsertsEvery is how often an open gate with nothing claimed reads the
+// id sequence: once per rate window, so a reading's growth is the window's.
+const idleInsertsEvery = (rateSamples - 1) * rateSampleEvery
+
 // meter follows the highest id claimed: ids come from one sequence, so its
 // growth is the table's insert rate, whichever relay claimed the rows.
 type meter struct{ maxID atomic.Int64 }
@@ -113,10 +117,16 @@ func (r *rateRing) add(s rateSample) float64 {
 //
 // The rate is the growth of the highest id seen: the ids claimed and, with
 // Config.Inserts, the id sequence's last value, read at every sample while
-// the gate is closed and, while it is open, at a sample after a claim. A
-// relay that falls behind its producers therefore keeps the gate closed
-// while they insert fast, instead of reading its own slowness as quiet and
-// making every insert notify again.
+// the gate is closed and, while it is open, at a sample after a claim and
+// otherwise every idleInsertsEvery. A relay that falls behind its
+// producers therefore keeps the gate closed while they insert fast,
+// instead of reading its own slowness as quiet and making every insert
+// notify again; and an open gate whose notifications do not come (the
+// trigger disabled or dropped, a notification lost) sees the sequence
+// move: it wakes the workers when the sequence passed the ids claimed with
+// nothing claimed since the last sample, and closes the gate if the
+// producers are busy, rather than leaving their events to the fallback
+// poll.
 //
 // At shutdown it opens the gate, for a second at most and no later than
 // the shutdown deadline (drainCtx's end).
@@ -134,8 +144,9 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		// claimed is the meter at the last sample; inserted the highest id
 		// Inserts has reported.
 		claimed, inserted int64
-		insertsOff        bool // Inserts failed for good (no sequence)
-		readInserts       bool // Inserts has been read once
+		insertsOff        bool      // Inserts failed for good (no sequence)
+		readInserts       bool      // Inserts has been read once
+		lastRead          time.Time // when Inserts was last read
 		// waiters holds the NOTIFY lock's waiters at the last rateSamples
 		// samples; openBelow is the rate under which a closed gate opens.
 		waiters   [rateSamples]int
@@ -169,7 +180,8 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		lastSample = now
 		seen := r.meter.maxID.Load()
 		active := seen != claimed // claimed something since the last sample
-		if r.cfg.Inserts != nil && !insertsOff && (!open || active) {
+		if r.cfg.Inserts != nil && !insertsOff && (!open || active || now.Sub(lastRead) >= idleInsertsEvery) {
+			lastRead = now
 			id, err := r.lastInsert(ctx)
 			switch {
 			case errors.Is(err, claim.ErrInsertsUnreadable):
@@ -180,6 +192,11 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 				// fast it moves: rates start from it.
 				readInserts, inserted, ring = true, id, rateRing{}
 			case err == nil:
+				if open && !active && id > inserted && id > seen {
+					// Inserts with no claim since the last sample: their
+					// notifications did not come (or not yet). Claim.
+					r.poke()
+				}
 				inserted = max(inserted, id)
 			}
 		}

@@ -79,6 +79,27 @@ func TestProducersQueuedOnTheNotifyLockCloseTheGateBelowBusyRate(t *testing.T) {
 	require.True(t, reopened, "the gate stayed closed once the producers stopped")
 }
 
+// An open gate whose notifications do not come (the trigger disabled, a
+// notification lost) follows the id sequence all the same: with nothing
+// claimed it reads the sequence every 200 ms, claims when the sequence
+// passed the ids claimed, and closes the gate while producers insert
+// 20,000/s, as it would had every insert notified. A relay that read the
+// sequence only after a claim would claim nothing here (the fallback poll
+// is an hour away) and keep the gate open.
+func TestAnOpenGateWithoutNotificationsFollowsTheSequence(t *testing.T) {
+	t.Parallel()
+	g := startGateRun(t, 100)
+	g.silent = true
+	closed, _ := g.run(300*time.Millisecond, 0)
+	require.False(t, closed, "the gate closed with no inserts")
+	g.inserts.last.Add(5) // five inserts (25/s), whose notifications never come
+	before := g.claims.Load()
+	g.run(300*time.Millisecond, 0)
+	require.Greater(t, g.claims.Load(), before, "the relay did not claim once the sequence moved")
+	closed, _ = g.run(time.Second, 20_000)
+	require.True(t, closed, "the gate stayed open while producers inserted 20,000/s without notifying")
+}
+
 // The first reading of the id sequence is where it stands: a table that
 // has seen a million inserts before the relay started does not read as a
 // million inserts in the first 200 ms, and a trickle of events leaves the
@@ -122,8 +143,9 @@ type gateRun struct {
 	d       *dispatcher
 	gate    *recordingGate
 	inserts *fakeInserts
-	owed    float64 // inserts due but not yet a whole one
-	silent  bool    // no notifications: the relay claims nothing
+	owed    float64      // inserts due but not yet a whole one
+	silent  bool         // no notifications
+	claims  atomic.Int64 // the store's claims
 }
 
 func startGateRun(t *testing.T, busyRate float64) *gateRun {
@@ -137,7 +159,9 @@ func startGateRun(t *testing.T, busyRate float64) *gateRun {
 		lastID   int64
 		lastTake time.Time
 	)
+	g := &gateRun{t: t, d: d, gate: gate, inserts: inserts}
 	d.store.claim = func(context.Context) (claim.Batch, error) {
+		g.claims.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
 		if now := d.clock.Now(); now.Sub(lastTake) >= 50*time.Millisecond {
@@ -160,7 +184,7 @@ func startGateRun(t *testing.T, busyRate float64) *gateRun {
 	})
 	d.start(t)
 	t.Cleanup(func() { close(stop); drained.Wait() })
-	return &gateRun{t: t, d: d, gate: gate, inserts: inserts}
+	return g
 }
 
 // run advances the clock by total, step by step of the gate's own timer
