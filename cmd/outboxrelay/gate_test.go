@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/notify"
@@ -32,29 +33,8 @@ func TestKilledBusyRelaysGateOpens(t *testing.T) {
 	busy := startRelay(t, relayEnv(dbURL, exchange), "--busy-rate=100", "--lease=3s", "--confirm-timeout=2s")
 	// Producers keep the relay busy until its gate is released, so that it
 	// is killed holding the gate, not after opening it.
-	var (
-		inserted atomic.Int64
-		wg       sync.WaitGroup
-	)
-	ctx, stop := context.WithCancel(context.Background())
-	defer func() { stop(); wg.Wait() }()
-	wg.Go(func() {
-		// 50 events every 10 ms: 5,000/s, far above --busy-rate, without
-		// taking a core from the tests running beside this one.
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for ctx.Err() == nil {
-			tag, err := pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-				SELECT 'order', '1', 'created', '{}' FROM generate_series(1, 50)`)
-			if err == nil {
-				inserted.Add(tag.RowsAffected())
-			}
-			select {
-			case <-ctx.Done():
-			case <-tick.C:
-			}
-		}
-	})
+	stop := insertFast(t, pool)
+	defer stop()
 	const deadlineSQL = `SELECT pg_sequence_last_value('outbox_wakeup')
 		WHERE pg_sequence_last_value('outbox_wakeup') > date_part('epoch', clock_timestamp()) * 1000
 		UNION ALL SELECT 0 LIMIT 1`
@@ -73,9 +53,7 @@ func TestKilledBusyRelaysGateOpens(t *testing.T) {
 	require.EqualValues(t, 1, testkit.QueryInt(t, pool,
 		`SELECT (date_part('epoch', clock_timestamp()) * 1000 < $1)::int`, deadline),
 		"the gate was released only after the deadline a refresh would have kept")
-	stop()
-	wg.Wait()
-	n := int(inserted.Load())
+	n := stop()
 
 	startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--busy-rate=1000000")
 	testkit.WaitFor(t, 30*time.Second, "the dead relay's leases to expire", func() bool {
@@ -147,14 +125,26 @@ func TestInsertsWithoutNotificationsAreFoundThroughTheSequence(t *testing.T) {
 	collect(t, queue, counter, 2, 30*time.Second)
 	require.Zero(t, testkit.GateLocks(t, pool, notify.GateLockClass, true), "one insert closed the gate")
 
+	stop := insertFast(t, pool)
+	defer stop()
+	testkit.WaitFor(t, 30*time.Second, "the relay to close the gate at 5,000 silent inserts/s", func() bool {
+		return testkit.GateLocks(t, pool, notify.GateLockClass, true) == 1
+	})
+	collect(t, queue, counter, 2+stop(), 60*time.Second)
+}
+
+// insertFast inserts 50 events every 10 ms, 5,000/s, far above the
+// --busy-rate of the tests that use it, without taking a core from the
+// tests running beside them, until stop is called; stop returns how many
+// it inserted.
+func insertFast(t *testing.T, pool *pgxpool.Pool) (stop func() int) {
+	t.Helper()
 	var (
 		inserted atomic.Int64
 		wg       sync.WaitGroup
 	)
-	ctx, stop := context.WithCancel(context.Background())
-	defer func() { stop(); wg.Wait() }()
+	ctx, cancel := context.WithCancel(context.Background())
 	wg.Go(func() {
-		// 50 events every 10 ms: 5,000/s, ten times --busy-rate.
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for ctx.Err() == nil {
@@ -169,12 +159,11 @@ func TestInsertsWithoutNotificationsAreFoundThroughTheSequence(t *testing.T) {
 			}
 		}
 	})
-	testkit.WaitFor(t, 30*time.Second, "the relay to close the gate at 5,000 silent inserts/s", func() bool {
-		return testkit.GateLocks(t, pool, notify.GateLockClass, true) == 1
-	})
-	stop()
-	wg.Wait()
-	collect(t, queue, counter, 2+int(inserted.Load()), 60*time.Second)
+	return func() int {
+		cancel()
+		wg.Wait()
+		return int(inserted.Load())
+	}
 }
 
 // A schema from before the gate (no wakeup sequence) still works: the relay
