@@ -37,9 +37,13 @@ type Config struct {
 	// declared at every (re)connect as a durable topic exchange; with
 	// SkipDeclare it must already exist.
 	SkipDeclare bool
-	// ConfirmTimeout bounds a whole batch: checking its exchanges, getting
-	// a channel, sending it and receiving every confirmation. Messages
-	// unconfirmed by then fail and their channel is discarded. It also
+	// ConfirmTimeout bounds a batch: checking its exchanges, getting a
+	// channel, sending it and receiving every confirmation. It is renewed
+	// while the batch makes progress: the batch fails once ConfirmTimeout
+	// has passed with no message of it sent or confirmed since the
+	// deadline was set, so a broker that confirms slowly but steadily is
+	// waited for rather than sent the batch again. Messages unconfirmed
+	// then fail and their channel is discarded. It also
 	// bounds each socket write, so a stalled connection is torn down and
 	// reconnected. Neither clock runs while the broker blocks the
 	// connection (a resource alarm): then a batch waits, and the

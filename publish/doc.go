@@ -3,8 +3,9 @@
 //
 // A Publisher owns one AMQP connection and a small pool of confirm-mode
 // channels. Publish sends a whole batch on one channel, then awaits every
-// publisher confirmation under a single deadline; it never waits for one
-// message before sending the next. Messages are sent persistent and
+// publisher confirmation under a single deadline, renewed while messages
+// are sent and confirmed; it never waits for one message before sending
+// the next. Messages are sent persistent and
 // mandatory, so a message no queue is bound for comes back as a
 // basic.return and fails with ErrReturned rather than vanishing: an ack
 // alone does not prove a message was routed.

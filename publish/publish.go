@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -17,11 +18,17 @@ import (
 // then every confirmation is awaited. One deadline, ConfirmTimeout (or
 // ctx's, if sooner), covers the batch from the exchange checks to the last
 // confirmation, so a silently dead connection cannot hold Publish longer.
-// While the broker blocks the connection (a resource alarm) the deadline
-// stands still: the broker has stopped reading on purpose, and the batch
-// waits for its confirmations instead of failing and being published
-// twice. It restarts in full once the connection is unblocked. ctx ends
-// the wait at any time.
+// It is renewed while the batch makes progress: when it passes and a
+// message of the batch was sent or confirmed since it was set, it is set
+// again, ConfirmTimeout ahead. A broker that confirms slowly but steadily
+// (a slow link, a loaded broker) is waited for, instead of having the
+// batch failed and published again, which only loads it more; a
+// connection that stopped answering fails the batch ConfirmTimeout after
+// its last confirmation. While the broker blocks the connection (a
+// resource alarm) the deadline stands still: the broker has stopped
+// reading on purpose, and the batch waits for its confirmations instead
+// of failing and being published twice. It restarts in full once the
+// connection is unblocked. ctx ends the wait at any time.
 //
 // A message fails on its own with ErrInvalid (among others when its headers
 // do not fit in one frame of the connection's frame size),
@@ -60,7 +67,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		return errs
 	}
 	// One deadline for the whole batch: checks, channel, sending, confirms.
-	ctx, cancel := p.batchContext(ctx, gen)
+	ctx, deadline, cancel := p.batchContext(ctx, gen)
 	defer cancel()
 	todo = p.checkExchanges(ctx, conn, gen, exchanges, todo, errs)
 	if len(todo) == 0 {
@@ -71,7 +78,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message) []error {
 		fail(errs, todo, err)
 		return errs
 	}
-	reusable := p.send(ctx, c, wire, msgs, exchanges, todo, errs)
+	reusable := p.send(ctx, deadline, c, wire, msgs, exchanges, todo, errs)
 	p.release(c, reusable)
 	return errs
 }
@@ -114,22 +121,24 @@ func (p *Publisher) current() (*amqp.Connection, uint64, *coalescingConn, error)
 }
 
 // batchContext is ctx with a batch's deadline: ConfirmTimeout, counted
-// only while the broker does not block connection gen. A blocked
+// only while the broker does not block connection gen, and renewed while
+// the batch makes progress (batchDeadline.progressed). A blocked
 // connection has stopped reading on purpose (a resource alarm); the
 // batch's confirmations come once the alarm clears, and giving up on them
 // would only publish the batch twice. The deadline starts afresh when the
 // broker unblocks the connection; a connection lost while blocked fails
 // the batch through its closed channel, and the caller's ctx still ends it
-// at any time. A batch costs one timer: the publisher stops and restarts
-// it at each change of its state (see batchDeadline).
-func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Context, context.CancelFunc) {
+// at any time. A batch costs one timer at a time: the publisher stops and
+// restarts it at each change of its state, and arms it again when it
+// passes after progress (see batchDeadline).
+func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Context, *batchDeadline, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	d := &batchDeadline{gen: gen, expire: func() { cancel(p.timeout) }}
+	d := &batchDeadline{gen: gen, cancel: cancel}
 	p.mu.Lock()
 	p.deadlines[d] = struct{}{}
 	p.updateDeadlineLocked(d)
 	p.mu.Unlock()
-	return ctx, func() {
+	return ctx, d, func() {
 		p.mu.Lock()
 		delete(p.deadlines, d)
 		if d.stop != nil {
@@ -142,10 +151,16 @@ func (p *Publisher) batchContext(ctx context.Context, gen uint64) (context.Conte
 
 // batchDeadline is the deadline of one batch in flight on connection gen.
 type batchDeadline struct {
-	gen    uint64
-	expire func()
-	stop   func() bool // stops the armed timer; nil while blocked
+	gen      uint64
+	cancel   context.CancelCauseFunc
+	progress atomic.Uint64 // messages of the batch sent or confirmed
+	// Guarded by the publisher's mu:
+	stop  func() bool // stops the armed timer; nil while blocked
+	armed uint64      // progress when the timer was armed
 }
+
+// progressed records that a message of the batch was sent or confirmed.
+func (d *batchDeadline) progressed() { d.progress.Add(1) }
 
 // updateDeadlineLocked stops d's timer while the broker blocks d's
 // connection and arms it afresh once it no longer does. p.mu must be held.
@@ -156,7 +171,31 @@ func (p *Publisher) updateDeadlineLocked(d *batchDeadline) {
 		d.stop()
 		d.stop = nil
 	case !blocked && d.stop == nil:
-		d.stop = p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, d.expire)
+		p.armLocked(d)
+	}
+}
+
+// armLocked sets d's timer ConfirmTimeout ahead. p.mu must be held.
+func (p *Publisher) armLocked(d *batchDeadline) {
+	d.armed = d.progress.Load()
+	d.stop = p.cfg.Clock.AfterFunc(p.cfg.ConfirmTimeout, func() { p.expired(d) })
+}
+
+// expired is d's timer passing. The batch fails with the confirm timeout
+// unless it made progress since the timer was armed: then the timer is
+// armed again. A batch already done, or waiting on a blocked connection
+// (whose unblocking arms the timer afresh), is left alone.
+func (p *Publisher) expired(d *batchDeadline) {
+	p.mu.Lock()
+	_, live := p.deadlines[d]
+	waiting := live && d.stop == nil
+	renew := live && !waiting && d.progress.Load() != d.armed
+	if renew {
+		p.armLocked(d)
+	}
+	p.mu.Unlock()
+	if live && !waiting && !renew {
+		d.cancel(p.timeout)
 	}
 }
 
@@ -167,10 +206,11 @@ type pending struct {
 }
 
 // send publishes msgs[todo] on c, awaits their confirmations until ctx
-// (the batch deadline) ends, and fills errs. It reports whether c may take
+// (the batch deadline, renewed through deadline by every message sent or
+// confirmed) ends, and fills errs. It reports whether c may take
 // another batch: no confirmation may still be outstanding on it, or a late
 // one could be taken for the next batch's.
-func (p *Publisher) send(ctx context.Context, c *channel, wire *coalescingConn, msgs []Message, exchanges []string, todo []int, errs []error) bool {
+func (p *Publisher) send(ctx context.Context, deadline *batchDeadline, c *channel, wire *coalescingConn, msgs []Message, exchanges []string, todo []int, errs []error) bool {
 	sent := make([]pending, 0, len(todo))
 	var sendErr error
 	// amqp091 cannot interrupt a publish waiting for the socket: if ctx
@@ -203,6 +243,7 @@ func (p *Publisher) send(ctx context.Context, c *channel, wire *coalescingConn, 
 			break
 		}
 		sent = append(sent, pending{i: i, dc: dc})
+		deadline.progressed()
 	}
 	close(sending)
 	stopAbort()
@@ -214,6 +255,7 @@ wait:
 	for _, s := range sent {
 		select {
 		case <-s.dc.Done():
+			deadline.progressed()
 		case <-ctx.Done():
 			break wait
 		}

@@ -539,6 +539,36 @@ func TestConfirmTimeout(t *testing.T) {
 	publishAfterReconnect(t, p)
 }
 
+// A broker that confirms slowly but steadily is waited for. Through a link
+// that passes 40 KB a second, a batch of 100 messages of 1 KB reaches
+// RabbitMQ in about 2.5 s, five times the 500 ms ConfirmTimeout, and is
+// confirmed as it arrives: every message is confirmed, where a deadline
+// on the whole batch would have failed most of it and had it published
+// again. A link that then stops passing anything still fails a batch,
+// ConfirmTimeout after its last progress.
+func TestConfirmTimeoutIsRenewedByProgress(t *testing.T) {
+	t.Parallel()
+	p, proxy := proxied(t, Config{ConfirmTimeout: 500 * time.Millisecond})
+	q := warm(t, p)
+
+	proxy.Bandwidth(40)
+	msgs := batch(100, "k")
+	for i := range msgs {
+		msgs[i].Body = fmt.Appendf(nil, `{"n":%d,"pad":%q}`, i, strings.Repeat("x", 1000))
+	}
+	begin := time.Now()
+	requireAllNil(t, publish(t, p, msgs))
+	require.Greater(t, time.Since(begin), time.Second, "the link passed the batch faster than it was meant to: the test proves nothing")
+	receive(t, q, msgs)
+
+	proxy.Blackhole()
+	errs := publish(t, p, batch(10, "k"))
+	for i, err := range errs {
+		require.ErrorIs(t, err, context.DeadlineExceeded, "message %d", i)
+	}
+	proxy.Heal()
+}
+
 func TestWaitReadyWhileCut(t *testing.T) {
 	t.Parallel()
 	p, proxy := proxied(t, Config{})

@@ -71,7 +71,14 @@ func (p *Proxy) Latency(d time.Duration) {
 	p.addToxic("latency_down", "downstream", "latency", attrs)
 }
 
-// Heal removes every toxic (black hole, hold, latency).
+// Bandwidth passes what the client sends at kbps kilobytes a second, in
+// slices every 100 ms: a slow link, over which a large batch reaches the
+// server, and is answered, bit by bit.
+func (p *Proxy) Bandwidth(kbps int) {
+	p.addToxic("bandwidth_up", "upstream", "bandwidth", fmt.Sprintf(`{"rate":%d}`, kbps))
+}
+
+// Heal removes every toxic (black hole, hold, latency, bandwidth).
 func (p *Proxy) Heal() {
 	p.proxy.Toxics.ResetToxics(context.Background())
 }

@@ -45,7 +45,7 @@ type RunCmd struct {
 
 	Exchange       string        `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange for rows whose exchange column is NULL."`
 	DeclareExch    bool          `name:"declare-exchange" env:"OUTBOX_DECLARE_EXCHANGE" default:"true" negatable:"" help:"Declare --exchange as a durable topic exchange at start-up."`
-	ConfirmTimeout time.Duration `name:"confirm-timeout" env:"OUTBOX_CONFIRM_TIMEOUT" default:"15s" help:"Deadline for a batch's publisher confirms."`
+	ConfirmTimeout time.Duration `name:"confirm-timeout" env:"OUTBOX_CONFIRM_TIMEOUT" default:"15s" help:"Deadline for a batch's publisher confirms, renewed while they arrive: a batch fails after this long with none of it sent or confirmed."`
 	MaxMessageSize int           `name:"max-message-size" env:"OUTBOX_MAX_MESSAGE_SIZE" default:"16777216" help:"Largest payload in bytes; larger events are dead-lettered."`
 
 	BatchSize     int           `name:"batch-size" env:"OUTBOX_BATCH_SIZE" default:"500" help:"Most events one claim takes."`
