@@ -39,11 +39,12 @@ type Config struct {
 	SkipDeclare bool
 	// ConfirmTimeout bounds a batch: checking its exchanges, getting a
 	// channel, sending it and receiving every confirmation. It is renewed
-	// while the batch makes progress: the batch fails once ConfirmTimeout
-	// has passed with no message of it sent or confirmed since the
-	// deadline was set, so a broker that confirms slowly but steadily is
-	// waited for rather than sent the batch again. Messages unconfirmed
-	// then fail and their channel is discarded. It also
+	// while the batch makes progress: when it passes with no message of
+	// the batch sent or confirmed since it was set, the batch fails (one
+	// to two ConfirmTimeouts after its last progress), so a broker that
+	// confirms slowly but steadily is waited for rather than sent the
+	// batch again. Messages unconfirmed then fail and their channel is
+	// discarded. It also
 	// bounds each socket write, so a stalled connection is torn down and
 	// reconnected. Neither clock runs while the broker blocks the
 	// connection (a resource alarm): then a batch waits, and the

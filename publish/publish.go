@@ -23,8 +23,8 @@ import (
 // again, ConfirmTimeout ahead. A broker that confirms slowly but steadily
 // (a slow link, a loaded broker) is waited for, instead of having the
 // batch failed and published again, which only loads it more; a
-// connection that stopped answering fails the batch ConfirmTimeout after
-// its last confirmation. While the broker blocks the connection (a
+// connection that stopped answering fails the batch one to two
+// ConfirmTimeouts after its last confirmation. While the broker blocks the connection (a
 // resource alarm) the deadline stands still: the broker has stopped
 // reading on purpose, and the batch waits for its confirmations instead
 // of failing and being published twice. It restarts in full once the
