@@ -142,11 +142,12 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		lastSample time.Time
 		lastClose  time.Time
 		// claimed is the meter at the last sample; inserted the highest id
-		// Inserts has reported.
-		claimed, inserted int64
-		insertsOff        bool      // Inserts failed for good (no sequence)
-		readInserts       bool      // Inserts has been read once
-		lastRead          time.Time // when Inserts was last read
+		// Inserts has reported; woken the highest id a claim was woken for
+		// because the sequence showed it unclaimed.
+		claimed, inserted, woken int64
+		insertsOff               bool      // Inserts failed for good (no sequence)
+		readInserts              bool      // Inserts has been read once
+		lastRead                 time.Time // when Inserts was last read
 		// waiters holds the NOTIFY lock's waiters at the last rateSamples
 		// samples; openBelow is the rate under which a closed gate opens.
 		waiters   [rateSamples]int
@@ -192,12 +193,14 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 				// fast it moves: rates start from it.
 				readInserts, inserted, ring = true, id, rateRing{}
 			case err == nil:
-				if open && !active && id > inserted && id > seen {
-					// Inserts with no claim since the last sample: their
-					// notifications did not come (or not yet). Claim.
-					r.poke()
-				}
 				inserted = max(inserted, id)
+			}
+			if err == nil && open && !active && id > max(seen, woken) {
+				// Inserts beyond the ids claimed, and no claim since the
+				// last sample: their notifications did not come (or not
+				// yet). Claim, once for these ids.
+				woken = id
+				r.poke()
 			}
 		}
 		claimed = seen

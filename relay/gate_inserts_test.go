@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // recordingGate is a relay.Gate that reports whether it is open. With
@@ -90,14 +91,30 @@ func TestAnOpenGateWithoutNotificationsFollowsTheSequence(t *testing.T) {
 	t.Parallel()
 	g := startGateRun(t, 100)
 	g.silent = true
+	g.awaitBatches(1, "the claim at start")
 	closed, _ := g.run(300*time.Millisecond, 0)
 	require.False(t, closed, "the gate closed with no inserts")
 	g.inserts.last.Add(5) // five inserts (25/s), whose notifications never come
-	before := g.claims.Load()
 	g.run(300*time.Millisecond, 0)
-	require.Greater(t, g.claims.Load(), before, "the relay did not claim once the sequence moved")
+	g.awaitBatches(2, "a claim once the sequence moved")
 	closed, _ = g.run(time.Second, 20_000)
 	require.True(t, closed, "the gate stayed open while producers inserted 20,000/s without notifying")
+}
+
+// Inserts that a reading of the sequence shows while the relay is claiming
+// are claimed later if their notifications never come: here the relay's
+// first claim, at start, takes one event, and its first reading of the
+// sequence, taken in the same 50 ms, shows five. A relay that woke a
+// claim only for a sequence that moved since its last reading would never
+// claim the other four (the fallback poll is an hour away); this one
+// claims once it has gone a sample without claiming.
+func TestInsertsSeenWhileClaimingAreClaimedWithoutNotifications(t *testing.T) {
+	t.Parallel()
+	g := startGateRunAt(t, 100, 5)
+	g.silent = true
+	g.awaitBatches(1, "the claim at start")
+	g.run(300*time.Millisecond, 0)
+	g.awaitBatches(2, "a claim for the four inserts left")
 }
 
 // The first reading of the id sequence is where it stands: a table that
@@ -145,12 +162,19 @@ type gateRun struct {
 	inserts *fakeInserts
 	owed    float64      // inserts due but not yet a whole one
 	silent  bool         // no notifications
-	claims  atomic.Int64 // the store's claims
+	batches atomic.Int64 // the claims that found an event
 }
 
 func startGateRun(t *testing.T, busyRate float64) *gateRun {
+	return startGateRunAt(t, busyRate, 0)
+}
+
+// startGateRunAt is startGateRun with the id sequence at last when the
+// relay starts.
+func startGateRunAt(t *testing.T, busyRate float64, last int64) *gateRun {
 	d := newDispatcher(t)
 	gate, inserts := &recordingGate{}, &fakeInserts{}
+	inserts.last.Store(last)
 	gate.open.Store(true) // as the relay's start leaves it
 	d.cfg.Gate, d.cfg.Inserts = gate, inserts
 	d.cfg.BusyRate, d.cfg.BusyPollInterval = busyRate, 2*time.Millisecond
@@ -161,11 +185,11 @@ func startGateRun(t *testing.T, busyRate float64) *gateRun {
 	)
 	g := &gateRun{t: t, d: d, gate: gate, inserts: inserts}
 	d.store.claim = func(context.Context) (claim.Batch, error) {
-		g.claims.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
 		if now := d.clock.Now(); now.Sub(lastTake) >= 50*time.Millisecond {
 			lastTake, lastID = now, lastID+1
+			g.batches.Add(1)
 			return testBatch(time.Minute, lastID), nil
 		}
 		return claim.Batch{}, nil
@@ -185,6 +209,13 @@ func startGateRun(t *testing.T, busyRate float64) *gateRun {
 	d.start(t)
 	t.Cleanup(func() { close(stop); drained.Wait() })
 	return g
+}
+
+// awaitBatches waits until the store's claims have found n events: claims
+// run in their own goroutines, in real time, while the clock stands still.
+func (g *gateRun) awaitBatches(n int64, what string) {
+	g.t.Helper()
+	testkit.WaitFor(g.t, awaitTimeout, what, func() bool { return g.batches.Load() >= n })
 }
 
 // run advances the clock by total, step by step of the gate's own timer
