@@ -24,11 +24,11 @@ import (
 // (a slow link, a loaded broker) is waited for, instead of having the
 // batch failed and published again, which only loads it more; a
 // connection that stopped answering fails the batch one to two
-// ConfirmTimeouts after its last confirmation. While the broker blocks the connection (a
-// resource alarm) the deadline stands still: the broker has stopped
-// reading on purpose, and the batch waits for its confirmations instead
-// of failing and being published twice. It restarts in full once the
-// connection is unblocked. ctx ends the wait at any time.
+// ConfirmTimeouts after its last confirmation. While the broker blocks
+// the connection (a resource alarm) the deadline stands still: the broker
+// has stopped reading on purpose, and the batch waits for its
+// confirmations instead of failing and being published twice. It restarts
+// in full once the connection is unblocked. ctx ends the wait at any time.
 //
 // A message fails on its own with ErrInvalid (among others when its headers
 // do not fit in one frame of the connection's frame size),
