@@ -76,13 +76,13 @@ type Config struct {
 	// lost), and the relay claims (and closes the Gate above BusyRate)
 	// rather than leave the events to PollInterval. It reads the lock's
 	// waiters at a reading after a claim while the Gate is open and the
-	// rate is at least 100/s, and
-	// closes the Gate when they average 2 over the last 200ms: notifying
-	// producers are then held back to one commit per WAL flush, which may
-	// be below BusyRate. Without it the rate is read from the ids
-	// claimed alone, and a relay that falls behind (starved of CPU, or
-	// failing its publishes) sees a rate below the producers' and opens
-	// the Gate while they still insert fast. Default nil.
+	// rate is at least 100/s, and closes the Gate when they average 2 over
+	// the last 200ms: notifying producers are then held back to one commit
+	// per WAL flush, which may be below BusyRate. Without it the rate is
+	// read from the ids claimed alone, and a relay that falls behind
+	// (starved of CPU, or failing its publishes) sees a rate below the
+	// producers' and opens the Gate while they still insert fast. Default
+	// nil.
 	Inserts Inserts
 	// BusyPollInterval is how often a busy relay claims. Default 2ms.
 	BusyPollInterval time.Duration
