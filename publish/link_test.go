@@ -23,14 +23,7 @@ func proxied(t *testing.T, cfg Config) (*Publisher, *testkit.Proxy) {
 	cfg.URL = url
 	cfg.ReconnectMin = 20 * time.Millisecond
 	cfg.ReconnectMax = 200 * time.Millisecond
-	if cfg.Exchange == "" {
-		cfg.Exchange = testkit.NewExchange(t)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	p, err := Dial(ctx, cfg)
-	require.NoError(t, err)
-	return p, proxy
+	return dial(t, cfg), proxy
 }
 
 // warm runs p, binds a queue to its exchange and publishes a batch through

@@ -187,16 +187,15 @@ func (p *Publisher) armLocked(d *batchDeadline) {
 // (whose unblocking arms the timer afresh), is left alone.
 func (p *Publisher) expired(d *batchDeadline) {
 	p.mu.Lock()
-	_, live := p.deadlines[d]
-	waiting := live && d.stop == nil
-	renew := live && !waiting && d.progress.Load() != d.armed
-	if renew {
+	defer p.mu.Unlock()
+	if _, live := p.deadlines[d]; !live || d.stop == nil {
+		return
+	}
+	if d.progress.Load() != d.armed {
 		p.armLocked(d)
+		return
 	}
-	p.mu.Unlock()
-	if live && !waiting && !renew {
-		d.cancel(p.timeout)
-	}
+	d.cancel(p.timeout)
 }
 
 // pending is one sent message and its confirmation.

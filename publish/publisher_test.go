@@ -27,6 +27,13 @@ func TestMain(m *testing.M) {
 // checking that Run returned nil.
 func start(t *testing.T, cfg Config) *Publisher {
 	t.Helper()
+	return run(t, dial(t, cfg))
+}
+
+// dial dials a publisher with cfg; URL and Exchange default to the test
+// broker and a fresh exchange.
+func dial(t *testing.T, cfg Config) *Publisher {
+	t.Helper()
 	if cfg.URL == "" {
 		cfg.URL = testkit.AMQPURL()
 	}
@@ -37,7 +44,7 @@ func start(t *testing.T, cfg Config) *Publisher {
 	defer cancel()
 	p, err := Dial(ctx, cfg)
 	require.NoError(t, err)
-	return run(t, p)
+	return p
 }
 
 func run(t *testing.T, p *Publisher) *Publisher {
