@@ -201,6 +201,20 @@ func (s OrderedFaults) Run(t testing.TB) *OrderedRun {
 		run.Relays = append(run.Relays, p)
 		run.started = append(run.started, p)
 	}
+	// The faults strike once every relay has started. A relay that cannot
+	// reach RabbitMQ at start-up exits (publish.Dial fails fast), so a cut
+	// that caught one still starting, as on a machine loaded by the rest of
+	// the suite, would end it rather than test its reconnection.
+	for i, p := range run.Relays {
+		WaitFor(t, time.Minute, fmt.Sprintf("%s: relay %d started", s.Tag, i), func() bool {
+			select {
+			case <-p.Done():
+				t.Fatalf("testkit: %s: relay %d exited at start-up (%v):\n%s", s.Tag, i, p.Err(), p.Out.String())
+			default:
+			}
+			return strings.Contains(p.Out.String(), "relay started")
+		})
+	}
 	s.Logf("%s: %d relays started on a backlog of %d events of %d aggregates (%d late, %d full)",
 		s.Tag, s.Relays, backlog, s.Aggregates, s.Aggregates/20, s.Aggregates/10-s.Aggregates/20)
 
