@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 type HTTPFlags struct {
 	HTTPAddr       string        `name:"http-addr" env:"OUTBOX_HTTP_ADDR" default:":9464" help:"Address serving /metrics, /livez and /readyz; empty turns them off."`
 	SampleInterval time.Duration `name:"metrics-sample-interval" env:"OUTBOX_METRICS_SAMPLE_INTERVAL" default:"15s" help:"How often one relay of the table samples its gauges (rows by status, oldest pending age); 0 turns the table gauges off."`
+	Pprof          bool          `name:"pprof" env:"OUTBOX_PPROF" help:"Also serve Go's runtime profiles under /debug/pprof/ on --http-addr (off by default: they show the process's internals, so keep that address private)."`
 }
 
 // tableCheckEvery is how often readiness checks the table and its trigger
@@ -63,6 +65,9 @@ type opsParts struct {
 // is empty.
 func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 	if f.HTTPAddr == "" {
+		if f.Pprof {
+			return nil, usagef("--pprof / OUTBOX_PPROF: needs --http-addr, which is empty")
+		}
 		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
@@ -132,6 +137,9 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	mux.Handle("GET /livez", health.LiveHandler(p.live))
 	mux.Handle("GET /readyz", o.monitor.ReadyHandler())
+	if f.Pprof {
+		servePprof(mux)
+	}
 	o.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if o.ln, err = net.Listen("tcp", f.HTTPAddr); err != nil {
 		return nil, usagef("--http-addr / OUTBOX_HTTP_ADDR: %v", err)
@@ -160,6 +168,19 @@ func (o *ops) run(ctx, relayCtx context.Context) {
 	defer cancel()
 	_ = o.server.Shutdown(shutdownCtx)
 	wg.Wait()
+}
+
+// servePprof adds Go's profiling endpoints to mux, under the paths
+// `go tool pprof` expects. The handlers come from net/http/pprof, whose
+// import also registers them on http.DefaultServeMux, which the relay
+// never serves.
+func servePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // version is the relay's version from its build information: the module

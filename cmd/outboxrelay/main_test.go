@@ -131,6 +131,7 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"negative mark delay", relayEnv(url, exchange, "OUTBOX_MARK_DELAY=-1ms"), nil, "--mark-delay -1ms"},
 		{"negative procs", relayEnv(url, exchange), []string{"--procs=-1"}, "--procs -1"},
 		{"unknown flag", relayEnv(url, exchange), []string{"--bogus"}, "--bogus"},
+		{"profiles without the endpoints", relayEnv(url, exchange), []string{"--pprof", "--http-addr="}, "--pprof"},
 		{"lease shorter than confirms", relayEnv(url, exchange), []string{"--lease=1s", "--confirm-timeout=5s"}, "--lease"},
 		{"bad status value", relayEnv(url, exchange), []string{"--status-pending=it's"}, "Statuses.Pending"},
 		{"missing table", relayEnv(url, exchange), []string{"--no-migrate", "--table=nope"}, "nope"},

@@ -209,6 +209,31 @@ func TestReadyzNeedsTheOutboxTrigger(t *testing.T) {
 	testkit.AwaitStatus(t, addr, "/readyz", 200)
 }
 
+// --pprof serves Go's profiles beside the metrics: the running relay's
+// goroutines by function and a CPU profile as `go tool pprof` reads it
+// (gzipped protobuf). Without it the paths are not served.
+func TestPprofServesTheRelaysProfilesOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+
+	off := testkit.HTTPAddr(t, startRelay(t, relayEnv(dbURL, exchange)).Out)
+	testkit.AwaitStatus(t, off, "/readyz", 200)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1"} {
+		code, _ := testkit.HTTPStatus(t, off, path)
+		require.Equal(t, 404, code, path)
+	}
+
+	on := testkit.HTTPAddr(t, startRelay(t, relayEnv(dbURL, exchange, "OUTBOX_PPROF=true")).Out)
+	testkit.AwaitStatus(t, on, "/readyz", 200)
+	code, goroutines := testkit.HTTPStatus(t, on, "/debug/pprof/goroutine?debug=1")
+	require.Equal(t, 200, code)
+	require.Contains(t, goroutines, "outboxrelay/relay.(*Relay).Run", "the relay's own goroutines")
+	code, profile := testkit.HTTPStatus(t, on, "/debug/pprof/profile?seconds=1")
+	require.Equal(t, 200, code, profile)
+	require.True(t, strings.HasPrefix(profile, "\x1f\x8b"), "a gzipped CPU profile")
+}
+
 // --procs sets GOMAXPROCS, one by default; the Go runtime's own gauge
 // shows it.
 func TestProcsSetsGOMAXPROCS(t *testing.T) {
