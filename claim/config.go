@@ -151,6 +151,14 @@ type Config struct {
 	// seed 003's DISTINCT ON over every pending row, kept for the benchmark
 	// that compares the two.
 	OrderedDesign string
+	// DeleteConfirmed has MarkPublished, and the marks that ride on a
+	// claim, delete the rows of confirmed events instead of setting them
+	// published: no published row is kept, for --retention=0. A delete
+	// writes a fifth of the WAL of a mark, which adds the row's new version
+	// to the primary key's index and to the published rows' (BENCHMARKS.md,
+	// "2026-11-26, afternoon"). Default false: rows are kept as published
+	// until DeletePublished removes them.
+	DeleteConfirmed bool
 }
 
 // Ordering is the claim order; see Config.Ordering.

@@ -35,6 +35,30 @@ func TestMarkAndClaimMarksThenClaims(t *testing.T) {
 	require.Zero(t, q(`SELECT count(*) FROM outbox WHERE status = 'pending'`), "a claim that finds nothing still marks")
 }
 
+// Under DeleteConfirmed a mark deletes the rows of the confirmed events,
+// on its own and riding on a claim, and leaves every other row as it was.
+func TestDeleteConfirmedDeletesTheMarkedRows(t *testing.T) {
+	t.Parallel()
+	s, q := newStore(t, claim.Config{DeleteConfirmed: true})
+	ctx := context.Background()
+	q(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 4) AS g RETURNING 0`)
+	first, err := s.Claim(ctx, 2)
+	require.NoError(t, err)
+	require.Len(t, first.Events, 2)
+
+	n, err := s.MarkPublished(ctx, ids(first.Events[:1]))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Zero(t, q(`SELECT count(*) FROM outbox WHERE id = $1`, first.Events[0].ID), "the marked row is gone")
+
+	next, err := s.MarkAndClaim(ctx, ids(first.Events[1:]), 1)
+	require.NoError(t, err)
+	require.Len(t, next.Events, 1)
+	require.Zero(t, q(`SELECT count(*) FROM outbox WHERE id = $1`, first.Events[1].ID), "the row marked on the claim is gone")
+	require.Equal(t, int64(2), q(`SELECT count(*) FROM outbox WHERE status = 'pending'`), "the claimed and the unclaimed row stay")
+	require.Zero(t, q(`SELECT count(*) FROM outbox WHERE status <> 'pending'`), "no row is kept as published")
+}
+
 // In ordered mode the claim sees the mark made before it in the same
 // round trip: the aggregate whose head it marks is claimable again at
 // once, which a single statement (one snapshot for the mark and the claim)

@@ -39,6 +39,13 @@ UPDATE {{.Table}} SET
     {{.LeaseID}} = NULL
 WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
 
+-- name: delete_confirmed
+-- $1 ids. The mark under Config.DeleteConfirmed: the row of a confirmed
+-- event is deleted instead of kept as published. As for mark_published,
+-- any confirmed publish counts, even one whose lease expired meanwhile.
+DELETE FROM {{.Table}}
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
+
 -- name: retry
 -- $1 ids, $2 new statuses, $3 delays in milliseconds, $4 errors, $5 lease id.
 UPDATE {{.Table}} AS o SET

@@ -83,6 +83,9 @@ func render(cfg Config) (queries, error) {
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]
 	}
+	if cfg.DeleteConfirmed {
+		q.markPublished = named["delete_confirmed"]
+	}
 	return q, nil
 }
 

@@ -10,8 +10,9 @@ import (
 )
 
 // MarkPublished marks events confirmed by RabbitMQ as published, in one
-// statement. It returns how many rows changed; fewer than len(ids) means
-// another relay got there first after this one's lease expired.
+// statement; under Config.DeleteConfirmed it deletes their rows. It returns
+// how many rows changed; fewer than len(ids) means another relay got there
+// first after this one's lease expired.
 func (s *Store) MarkPublished(ctx context.Context, ids []int64) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil

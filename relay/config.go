@@ -32,7 +32,9 @@ type Config struct {
 	// is published twice, none is lost. Default 20s.
 	ShutdownTimeout time.Duration
 	// Retention is how long published rows are kept before cleanup deletes
-	// them. Default 24h.
+	// them; negative keeps them no time, so cleanup deletes every published
+	// row it finds (the store then deletes confirmed events' rows itself:
+	// claim.Config.DeleteConfirmed). Default 24h.
 	Retention time.Duration
 	// CleanupInterval is how often cleanup runs; negative turns it off.
 	// Default 1m.
@@ -144,8 +146,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: PollInterval %s: must be positive", c.PollInterval)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("relay: ShutdownTimeout %s: must be positive", c.ShutdownTimeout)
-	case c.Retention <= 0:
-		return fmt.Errorf("relay: Retention %s: must be positive", c.Retention)
 	case c.CleanupBatch < 1:
 		return fmt.Errorf("relay: CleanupBatch %d: must be at least 1", c.CleanupBatch)
 	case c.MarkRetry <= 0:

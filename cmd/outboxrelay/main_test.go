@@ -126,6 +126,7 @@ func TestBadConfigurationExitsTwoAndClaimsNothing(t *testing.T) {
 		{"malformed AMQP URL", relayEnv(url, exchange, "AMQP_URL=http://u:s3cret@localhost/"), nil, "AMQP_URL"},
 		{"negative batch size", relayEnv(url, exchange), []string{"--batch-size=-1"}, "--batch-size -1"},
 		{"negative batch size from the environment", relayEnv(url, exchange, "OUTBOX_BATCH_SIZE=-5"), nil, "--batch-size -5"},
+		{"negative retention", relayEnv(url, exchange, "OUTBOX_RETENTION=-1s"), nil, "--retention -1s"},
 		{"zero batch bytes", relayEnv(url, exchange, "OUTBOX_MAX_BATCH_BYTES=0"), nil, "--max-batch-bytes 0"},
 		{"not a number", relayEnv(url, exchange, "OUTBOX_WORKERS=many"), nil, "workers"},
 		{"negative mark delay", relayEnv(url, exchange, "OUTBOX_MARK_DELAY=-1ms"), nil, "--mark-delay -1ms"},

@@ -64,6 +64,30 @@ func TestKilledRelaysLeasesPassToAnotherRelay(t *testing.T) {
 	b.Stop(60 * time.Second)
 }
 
+// --retention=0 keeps no published row: each confirmed event's row is
+// deleted in place of its mark, and cleanup removes the published rows an
+// earlier run kept, however recent.
+func TestRetentionZeroKeepsNoPublishedRow(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, published_at)
+		SELECT 'order', i::text, 'kept', '{}', 'published', now() FROM generate_series(1, 10) AS i`)
+
+	p := startRelay(t, relayEnv(dbURL, exchange, "OUTBOX_RETENTION=0", "OUTBOX_CLEANUP_INTERVAL=1h"))
+	testkit.WaitFor(t, 30*time.Second, "the rows an earlier run kept deleted", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`) == 0
+	})
+	testkit.InsertEvents(t, pool, 200)
+	counter := testkit.Counter{}
+	collect(t, queue, counter, 200, 30*time.Second)
+	testkit.WaitFor(t, 30*time.Second, "every delivered event's row deleted", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`) == 0
+	})
+	p.Stop(60 * time.Second)
+}
+
 // TestThreeRelaysDeliverEachEventOnce runs three relay processes on one table
 // while producers write 20,000 events: each arrives exactly once.
 func TestThreeRelaysDeliverEachEventOnce(t *testing.T) {

@@ -61,7 +61,7 @@ type RunCmd struct {
 
 	OrderedDesign string `name:"ordered-design" env:"OUTBOX_ORDERED_DESIGN" default:"keyscan" enum:"keyscan,distinct" hidden:"" help:"How ordered claims find claimable aggregates (benchmarks compare the two)."`
 
-	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them."`
+	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them; 0 keeps none: a confirmed event's row is deleted at once, in place of its mark."`
 	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"OUTBOX_SHUTDOWN_TIMEOUT" default:"20s" help:"How long in-flight batches may take to settle after SIGINT/SIGTERM."`
 }
@@ -88,7 +88,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		{c.RetryMin <= 0, "--retry-min", fmt.Sprintf("%s: must be positive", c.RetryMin)},
 		{c.RetryMax < c.RetryMin, "--retry-max", fmt.Sprintf("%s: must be at least --retry-min (%s)", c.RetryMax, c.RetryMin)},
 		{c.MaxMessageSize < 1, "--max-message-size", fmt.Sprintf("%d: must be at least 1", c.MaxMessageSize)},
-		{c.Retention <= 0, "--retention", fmt.Sprintf("%s: must be positive", c.Retention)},
+		{c.Retention < 0, "--retention", fmt.Sprintf("%s: must not be negative", c.Retention)},
 		{c.CleanupInterval < 0, "--cleanup-interval", fmt.Sprintf("%s: must not be negative", c.CleanupInterval)},
 		{c.ShutdownTimeout <= 0, "--shutdown-timeout", fmt.Sprintf("%s: must be positive", c.ShutdownTimeout)},
 		{c.Channel == "" || len(c.Channel) > 63, "--channel", fmt.Sprintf("%q: must be 1 to 63 bytes", c.Channel)},
@@ -111,6 +111,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	cc.RetryMax = c.RetryMax
 	cc.OrderedDesign = c.OrderedDesign
 	cc.Pooled = c.pooled()
+	cc.DeleteConfirmed = c.Retention == 0
 	if err := cc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
 	}
@@ -136,6 +137,10 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	if cleanup == 0 {
 		cleanup = -1
 	}
+	retention := c.Retention
+	if retention == 0 {
+		retention = -1 // none: cleanup deletes what an earlier run kept
+	}
 	markDelay := c.MarkDelay
 	if markDelay == 0 {
 		markDelay = -1 // at once
@@ -145,7 +150,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		Workers:          c.Workers,
 		PollInterval:     c.PollInterval,
 		ShutdownTimeout:  c.ShutdownTimeout,
-		Retention:        c.Retention,
+		Retention:        retention,
 		CleanupInterval:  cleanup,
 		MarkRetry:        c.Lease,
 		MarkDelay:        markDelay,
