@@ -4,6 +4,7 @@ package faults
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,25 +29,28 @@ const drainEvents = 50000
 
 // faultDuringDrain plays runs drains of 50,000 events; in each, fault
 // strikes the relay at a random point, and a new relay finishes the drain.
-func faultDuringDrain(t *testing.T, o *outcome, name string, runs int, fault func(*testkit.Process)) {
+// Both relays run with crashArgs and args.
+func faultDuringDrain(t *testing.T, o *outcome, name string, runs int, fault func(*testkit.Process), args ...string) *world {
 	w := newWorld(t)
 	r := rng(t)
+	args = append(slices.Clone(crashArgs), args...)
 	for run := range runs {
 		tag := fmt.Sprintf("%s-%d", name, run)
 		w.insert(tag, drainEvents)
-		p := w.relay(crashArgs...)
+		p := w.relay(args...)
 		at := r.IntN(drainEvents * 9 / 10)
 		w.waitPublished(tag, at, 2*time.Minute)
 		fault(p)
 		end := w.ended(tag)
 		o.Faults++
 
-		p = w.relay(crashArgs...)
+		p = w.relay(args...)
 		t.Logf("run %d: %s after %d events published", run, name, at)
 		w.settle(o, tag, drainEvents, end)
 		p.Stop(time.Minute)
 	}
 	record(*o)
+	return w
 }
 
 // Scenario 1: the relay is killed with SIGKILL at a random point of a drain
@@ -56,6 +60,16 @@ func TestKillDuringDrain(t *testing.T) {
 	o := outcome{Scenario: "1 SIGKILL during a drain"}
 	faultDuringDrain(t, &o, "kill", 20, (*testkit.Process).Kill)
 	require.Zero(t, o.Lost)
+}
+
+// Scenario 1b: scenario 1 with --retention=0, 5 times: the relays delete
+// each confirmed event's row instead of marking it, and a kill between a
+// confirm and its delete costs a duplicate, never an event.
+func TestKillDuringDrainKeepingNoRows(t *testing.T) {
+	o := outcome{Scenario: "1b SIGKILL during a drain, --retention=0"}
+	w := faultDuringDrain(t, &o, "kill-deleting", 5, (*testkit.Process).Kill, "--retention=0")
+	require.Zero(t, o.Lost)
+	require.Zero(t, testkit.QueryInt(t, w.pool, `SELECT count(*) FROM outbox`), "no row kept: every event's row was deleted")
 }
 
 // Scenario 2: SIGTERM at a random point of a drain, 10 times: the relay
