@@ -255,8 +255,7 @@ func TestRabbitMQClusterLosesNodes(t *testing.T) {
 	c := newRabbitCluster(t)
 	url, pool := testkit.NewOutbox(t)
 	exchange := testkit.UniqueName("outboxrelay_faults_cluster")
-	w := &world{t: t, url: url, pool: pool, exchange: exchange,
-		count: newCounterOn(t, exchange, broker{urls: c.urls(), quorum: true})}
+	w := worldOn(t, url, pool, exchange, newCounterOn(t, exchange, broker{urls: c.urls(), quorum: true}))
 	r := rng(t)
 	o := outcome{Scenario: "12 RabbitMQ cluster (3 nodes, quorum queue): the relay's node stopped, twice"}
 	const events = 60000

@@ -191,7 +191,7 @@ func TestPostgresFailover(t *testing.T) {
 	url := pg.url(db) + "?target_session_attrs=read-write" // the producers' and the suite's
 	testkit.Migrate(t, url)
 	exchange := testkit.NewExchange(t)
-	w := &world{t: t, url: url, pool: testkit.NewPool(t, url), exchange: exchange, count: newCounter(t, exchange)}
+	w := worldOn(t, url, testkit.NewPool(t, url), exchange, newCounter(t, exchange))
 	o := outcome{Scenario: "13 PostgreSQL primary killed, its synchronous standby promoted"}
 
 	pg.ctl(0, "stop")

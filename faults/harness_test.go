@@ -41,9 +41,16 @@ CREATE TRIGGER outbox_note_deletes AFTER DELETE ON outbox
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	url, pool := testkit.NewOutbox(t)
-	testkit.Exec(t, pool, noteDeletes)
 	exchange := testkit.NewExchange(t)
-	return &world{t: t, url: url, pool: pool, exchange: exchange, count: newCounter(t, exchange)}
+	return worldOn(t, url, pool, exchange, newCounter(t, exchange))
+}
+
+// worldOn makes the world of a migrated outbox database that pool reaches
+// at url, with the deletes noted (noteDeletes), as every world counts.
+func worldOn(t *testing.T, url string, pool *pgxpool.Pool, exchange string, count *counter) *world {
+	t.Helper()
+	testkit.Exec(t, pool, noteDeletes)
+	return &world{t: t, url: url, pool: pool, exchange: exchange, count: count}
 }
 
 // relay starts an outboxrelay process on the world with extra arguments.
