@@ -11,10 +11,10 @@ import (
 
 // costMeter measures the CPU a child process and its PostgreSQL backends
 // (found by the child's unique application_name) spend between begin and
-// finish, the child's peak memory and, for a relay, the claims it made and
-// the times it closed its notification gate. A
-// backend first seen at finish counts from 0; one gone by then is not
-// counted.
+// finish, the child's peak memory, the WAL the server wrote meanwhile and,
+// for a relay, the claims it made and the times it closed its notification
+// gate. A backend first seen at finish counts from 0; one gone by then is
+// not counted.
 type costMeter struct {
 	db      *database
 	proc    *process
@@ -22,6 +22,7 @@ type costMeter struct {
 	metrics string
 	child   time.Duration
 	pg      map[int]time.Duration
+	wal     int64
 	counted counters
 }
 
@@ -38,6 +39,9 @@ func beginCost(ctx context.Context, db *database, sys *system) (*costMeter, erro
 	}
 	m.child = st.cpu
 	if m.pg, _, err = m.backends(ctx); err != nil {
+		return nil, fmt.Errorf("cost: %w", err)
+	}
+	if m.wal, err = m.db.walWritten(ctx); err != nil {
 		return nil, fmt.Errorf("cost: %w", err)
 	}
 	return m, nil
@@ -82,11 +86,16 @@ func (m *costMeter) finish(ctx context.Context, events int64) (*Cost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cost: %w", err)
 	}
+	wal, err := m.db.walWritten(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cost: %w", err)
+	}
 	if events <= 0 {
 		return nil, nil
 	}
 	per1k := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) * 1000 / float64(events) }
-	c := &Cost{RelayCPUPer1k: per1k(st.cpu - m.child), PeakRSSMiB: float64(peak) / (1 << 20)}
+	c := &Cost{RelayCPUPer1k: per1k(st.cpu - m.child), PeakRSSMiB: float64(peak) / (1 << 20),
+		WALPerEvent: float64(wal-m.wal) / float64(events)}
 	if m.metrics != "" {
 		n, err := scrapeOnceUp(ctx, m.metrics)
 		if err != nil {

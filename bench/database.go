@@ -248,6 +248,12 @@ func (d *database) backends(ctx context.Context, name string) ([]int, error) {
 	return out, nil
 }
 
+// walWritten is how many bytes of WAL the server has written since it was
+// made: the position of its current WAL insert, as a number.
+func (d *database) walWritten(ctx context.Context) (int64, error) {
+	return d.queryInt(ctx, "read the WAL position", "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+}
+
 // serverVersion is PostgreSQL's server_version.
 func (d *database) serverVersion(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, queryTimeout)

@@ -84,6 +84,14 @@ type Cost struct {
 	TotalPer1k float64 `json:"total_cpu_ms_per_1k"`
 	// PeakRSSMiB is the relay process's peak resident memory (VmHWM).
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// WALPerEvent is the WAL the whole PostgreSQL server wrote during the
+	// run, bytes per event: with nothing else writing, the system's
+	// statements (claims, marks, their full-page images after a
+	// checkpoint), plus the producers' inserts where they insert during
+	// the run (steady, producer). Unlike
+	// CPU it hardly moves with the machine's load, so it compares builds
+	// across the machine's phases.
+	WALPerEvent float64 `json:"wal_bytes_per_event"`
 	// ClaimsPer1k is how many claims the relay made per 1,000 events,
 	// those that found nothing included, from its metrics; nil for the
 	// naive poller and where --relay-arg sets --http-addr. At a steady rate it

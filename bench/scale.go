@@ -60,7 +60,9 @@ func (r *runner) drainWith(ctx context.Context, n int) (res Result, err error) {
 }
 
 // sumCosts adds the CPU, the claims and the gate's closes of several
-// relays and their backends, and keeps the largest peak memory.
+// relays and their backends, and keeps the largest peak memory and the
+// largest WAL per event (each meter saw the whole server's WAL, over
+// nearly the same time).
 // PostgreSQL's part, the claims and the closes are known only if every
 // relay's are. Nil if any is nil (nothing
 // delivered).
@@ -80,6 +82,7 @@ func sumCosts(costs []*Cost) *Cost {
 		sum.RelayCPUPer1k += c.RelayCPUPer1k
 		sum.TotalPer1k += c.TotalPer1k
 		sum.PeakRSSMiB = max(sum.PeakRSSMiB, c.PeakRSSMiB)
+		sum.WALPerEvent = max(sum.WALPerEvent, c.WALPerEvent)
 		add(&sum.PGCPUPer1k, c.PGCPUPer1k)
 		add(&sum.ClaimsPer1k, c.ClaimsPer1k)
 		add(&sum.GateCloses, c.GateCloses)

@@ -55,6 +55,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "workload")
 	require.Contains(t, stdout.String(), "cpu ms/1k (relay+pg)")
 	require.Contains(t, stdout.String(), "claims/1k")
+	require.Contains(t, stdout.String(), "wal B/event")
 	require.Contains(t, stdout.String(), "gate closes")
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
@@ -91,6 +92,9 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.EqualValues(t, 300, drain.Events)
 	require.Positive(t, drain.Rate)
 	require.NotNil(t, drain.Cost)
+	// At least a claim's and a mark's WAL records per event, whatever else
+	// the suite's other tests write meanwhile.
+	require.Greater(t, drain.Cost.WALPerEvent, 100.0, "drain WAL per event")
 	// The relays' claims and gate closes come from their metrics; the
 	// naive poller has none.
 	for _, row := range [][2]string{{"drain", "relay"}, {"steady", "relay"}} {
