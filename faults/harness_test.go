@@ -200,24 +200,24 @@ func (w *world) waitPublished(tag string, n int, timeout time.Duration) {
 // rows is how many events of type tag the table holds or held (deleted,
 // see noteDeletes), or -1 while the database cannot be asked.
 func (w *world) rows(tag string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var n int
-	if err := w.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE event_type = $1)
-		+ (SELECT count(*) FROM outbox_deleted WHERE event_type = $1)`, tag).Scan(&n); err != nil {
-		return -1
-	}
-	return n
+	return w.countWithDeleted(tag, "true")
 }
 
 // published is how many events of type tag are marked published or were
 // deleted once published (--retention=0, see noteDeletes), or -1 while the
 // database cannot be asked (it may be restarting).
 func (w *world) published(tag string) int {
+	return w.countWithDeleted(tag, "status = 'published'")
+}
+
+// countWithDeleted counts the events of type tag whose rows meet where
+// (a constant of this file), plus those deleted from the table, or -1
+// while the database cannot be asked.
+func (w *world) countWithDeleted(tag, where string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
-	if err := w.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE event_type = $1 AND status = 'published')
+	if err := w.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox WHERE event_type = $1 AND `+where+`)
 		+ (SELECT count(*) FROM outbox_deleted WHERE event_type = $1)`, tag).Scan(&n); err != nil {
 		return -1
 	}

@@ -17,8 +17,9 @@ func (r *Relay) cleanup(ctx context.Context) {
 
 func (r *Relay) cleanupOnce(ctx context.Context) {
 	var total int64
+	retention := max(r.cfg.Retention, 0) // negative: none
 	for ctx.Err() == nil {
-		n, err := r.store.DeletePublished(ctx, max(r.cfg.Retention, 0), r.cfg.CleanupBatch)
+		n, err := r.store.DeletePublished(ctx, retention, r.cfg.CleanupBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Error("cleanup failed", "err", err)
@@ -31,6 +32,6 @@ func (r *Relay) cleanupOnce(ctx context.Context) {
 		}
 	}
 	if total > 0 {
-		r.log.Info("cleanup deleted published events", "events", total, "older_than", max(r.cfg.Retention, 0))
+		r.log.Info("cleanup deleted published events", "events", total, "older_than", retention)
 	}
 }
