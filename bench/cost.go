@@ -12,8 +12,8 @@ import (
 // costMeter measures the CPU a child process and its PostgreSQL backends
 // (found by the child's unique application_name) spend between begin and
 // finish, the child's peak memory, the WAL the server wrote meanwhile and,
-// for a relay, the claims it made and the times it closed its notification
-// gate. A backend first seen at finish counts from 0; one gone by then is
+// for a relay, the claims it made, the times it closed its notification
+// gate and its heap allocations. A backend first seen at finish counts from 0; one gone by then is
 // not counted.
 type costMeter struct {
 	db      *database
@@ -103,6 +103,7 @@ func (m *costMeter) finish(ctx context.Context, events int64) (*Cost, error) {
 		}
 		c.ClaimsPer1k = ptr((n.claims - m.counted.claims) * 1000 / float64(events))
 		c.GateCloses = ptr(n.gateCloses - m.counted.gateCloses)
+		c.AllocsPerEvent = ptr((n.mallocs - m.counted.mallocs) / float64(events))
 	}
 	c.TotalPer1k = c.RelayCPUPer1k
 	if known {

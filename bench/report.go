@@ -22,19 +22,22 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 // WriteTable prints one line per result.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\trss MiB\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\t")
 	for _, r := range results {
 		p50, p90, p99, pmax := "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
 			p50, p90, p99, pmax = num(l.P50), num(l.P90), num(l.P99), num(l.Max)
 		}
-		cpu, wal, claims, closes, rss := "-", "-", "-", "-", "-"
+		cpu, wal, claims, closes, allocs, rss := "-", "-", "-", "-", "-", "-"
 		if c := r.Cost; c != nil {
 			if c.ClaimsPer1k != nil {
 				claims = num(*c.ClaimsPer1k)
 			}
 			if c.GateCloses != nil {
 				closes = strconv.FormatFloat(*c.GateCloses, 'f', 0, 64)
+			}
+			if c.AllocsPerEvent != nil {
+				allocs = num(*c.AllocsPerEvent)
 			}
 			cpu = num(c.RelayCPUPer1k) + "+?"
 			if c.PGCPUPer1k != nil {
@@ -43,8 +46,8 @@ func WriteTable(w io.Writer, results []Result) error {
 			rss = num(c.PeakRSSMiB)
 			wal = strconv.FormatFloat(c.WALPerEvent, 'f', 0, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, wal, claims, closes, rss)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss)
 	}
 	return tw.Flush()
 }

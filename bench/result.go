@@ -94,7 +94,8 @@ type Cost struct {
 	WALPerEvent float64 `json:"wal_bytes_per_event"`
 	// ClaimsPer1k is how many claims the relay made per 1,000 events,
 	// those that found nothing included, from its metrics; nil for the
-	// naive poller and where --relay-arg sets --http-addr. At a steady rate it
+	// naive poller and where --relay-arg turns the metrics off
+	// (--http-addr=). At a steady rate it
 	// tells the gate's regime: about 1,000 with the gate open (a claim per
 	// notification), fewer with it closed (a claim per busy poll).
 	ClaimsPer1k *float64 `json:"claims_per_1k"`
@@ -103,6 +104,13 @@ type Cost struct {
 	// ClaimsPer1k is. A relay that flaps between its busy and idle regimes
 	// closes it again and again.
 	GateCloses *float64 `json:"gate_closes"`
+	// AllocsPerEvent is the relay's heap allocations per event
+	// (go_memstats_mallocs_total), known where ClaimsPer1k is. It counts
+	// the work of the Go code, the relay's and its libraries', and, like
+	// WALPerEvent, hardly moves with the machine's load: the relay's CPU
+	// figure for comparing builds across the machine's phases. It
+	// includes the metrics' own scrapes, two a run.
+	AllocsPerEvent *float64 `json:"relay_allocs_per_event"`
 }
 
 // Ratios relate the results to each other.

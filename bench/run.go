@@ -193,10 +193,13 @@ func (r *runner) start(name string) (*system, error) {
 	app := "outboxrelay-bench-" + name + "-" + randomHex(4)
 	env := r.env(app)
 	var metrics string
-	if name != SystemNaive && !metricsOff(r.cfg.RelayArgs) {
+	if addr, set := relayHTTPAddr(r.cfg.RelayArgs); name != SystemNaive && set {
+		// The relay serves its metrics where --relay-arg says, or not at
+		// all (--relay-arg=--http-addr=).
+		metrics = addr
+	} else if name != SystemNaive {
 		// Metrics on, as by default, on a port of each relay's own that
-		// the claims are read from; --relay-arg=--http-addr= turns them
-		// off.
+		// the claims are read from.
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err

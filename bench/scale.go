@@ -59,15 +59,15 @@ func (r *runner) drainWith(ctx context.Context, n int) (res Result, err error) {
 	return res, nil
 }
 
-// sumCosts adds the CPU, the claims and the gate's closes of several
-// relays and their backends, and keeps the largest peak memory and the
-// largest WAL per event (each meter saw the whole server's WAL, over
-// nearly the same time).
+// sumCosts adds the CPU, the claims, the gate's closes and the
+// allocations of several relays and their backends, and keeps the largest
+// peak memory and the largest WAL per event (each meter saw the whole
+// server's WAL, over nearly the same time).
 // PostgreSQL's part, the claims and the closes are known only if every
 // relay's are. Nil if any is nil (nothing
 // delivered).
 func sumCosts(costs []*Cost) *Cost {
-	sum := &Cost{PGCPUPer1k: ptr(0.0), ClaimsPer1k: ptr(0.0), GateCloses: ptr(0.0)}
+	sum := &Cost{PGCPUPer1k: ptr(0.0), ClaimsPer1k: ptr(0.0), GateCloses: ptr(0.0), AllocsPerEvent: ptr(0.0)}
 	add := func(sum **float64, v *float64) {
 		if v == nil || *sum == nil {
 			*sum = nil
@@ -86,6 +86,7 @@ func sumCosts(costs []*Cost) *Cost {
 		add(&sum.PGCPUPer1k, c.PGCPUPer1k)
 		add(&sum.ClaimsPer1k, c.ClaimsPer1k)
 		add(&sum.GateCloses, c.GateCloses)
+		add(&sum.AllocsPerEvent, c.AllocsPerEvent)
 	}
 	if sum.PGCPUPer1k == nil {
 		sum.TotalPer1k = sum.RelayCPUPer1k

@@ -14,10 +14,12 @@ import (
 
 // The relay's metrics the benchmark reads. claimsMetric is the histogram
 // of claim durations: its count is one per claim, whether the claim found
-// events or not. gateClosesMetric counts the gate's closes.
+// events or not. gateClosesMetric counts the gate's closes. mallocsMetric
+// is the Go runtime's count of heap allocations.
 const (
 	claimsMetric     = "outboxrelay_claim_duration_seconds"
 	gateClosesMetric = "outboxrelay_gate_closes_total"
+	mallocsMetric    = "go_memstats_mallocs_total"
 )
 
 // scrapeTimeout bounds one read of a relay's metrics.
@@ -28,6 +30,7 @@ const scrapeTimeout = 5 * time.Second
 type counters struct {
 	claims     float64 // claims made, those that found nothing included
 	gateCloses float64 // times the relay closed its notification gate
+	mallocs    float64 // heap allocations, the metrics' own included
 }
 
 // scrape reads the counters of the relay whose metrics endpoint listens
@@ -53,11 +56,14 @@ func scrape(ctx context.Context, addr string) (counters, error) {
 	if err != nil {
 		return counters{}, fmt.Errorf("relay metrics: %w", err)
 	}
-	claims, closes := families[claimsMetric], families[gateClosesMetric]
-	if claims == nil || closes == nil {
-		return counters{}, fmt.Errorf("relay metrics: no %s or no %s", claimsMetric, gateClosesMetric)
+	claims, closes, mallocs := families[claimsMetric], families[gateClosesMetric], families[mallocsMetric]
+	if claims == nil || closes == nil || mallocs == nil {
+		return counters{}, fmt.Errorf("relay metrics: no %s, %s or %s", claimsMetric, gateClosesMetric, mallocsMetric)
 	}
 	var c counters
+	for _, m := range mallocs.GetMetric() {
+		c.mallocs += m.GetCounter().GetValue()
+	}
 	for _, m := range claims.GetMetric() {
 		c.claims += float64(m.GetHistogram().GetSampleCount())
 	}
@@ -90,15 +96,20 @@ func scrapeOnceUp(ctx context.Context, addr string) (counters, error) {
 // scrapeRetry spaces the attempts of scrapeOnceUp.
 const scrapeRetry = 50 * time.Millisecond
 
-// metricsOff reports whether args set the relay's --http-addr, which leaves
-// the benchmark no address of its own to read the relay's metrics from.
-func metricsOff(args []string) bool {
-	for _, a := range args {
-		if a == "--http-addr" || strings.HasPrefix(a, "--http-addr=") {
-			return true
+// relayHTTPAddr is the --http-addr that args give the relay, the last one
+// where there are several, and whether they give one at all. An empty
+// address turns the relay's metrics off; another is where the benchmark
+// reads them (a run that profiles the relay through --pprof sets it).
+func relayHTTPAddr(args []string) (addr string, set bool) {
+	for i, a := range args {
+		switch {
+		case a == "--http-addr" && i+1 < len(args):
+			addr, set = args[i+1], true
+		case strings.HasPrefix(a, "--http-addr="):
+			addr, set = strings.TrimPrefix(a, "--http-addr="), true
 		}
 	}
-	return false
+	return addr, set
 }
 
 // freeAddr is a loopback address whose port was free a moment ago, for a

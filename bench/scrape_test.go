@@ -48,12 +48,28 @@ func TestCountersAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
 	require.Error(t, err, "a relay not serving its metrics yet")
 	c, err := scrapeOnceUp(context.Background(), ln.Addr().String())
 	require.NoError(t, err)
-	require.Equal(t, counters{claims: 4, gateCloses: 2}, c)
+	require.Equal(t, 4.0, c.claims)
+	require.Equal(t, 2.0, c.gateCloses)
+	require.Positive(t, c.mallocs, "the Go runtime's allocations, from the relay's own registry")
 }
 
-func TestMetricsOffWhenRelayArgsSetTheHTTPAddr(t *testing.T) {
+// --relay-arg may set the relay's --http-addr: empty turns its metrics off,
+// an address is where they are read (a run that profiles the relay).
+func TestRelayArgsSetWhereTheMetricsAreRead(t *testing.T) {
 	t.Parallel()
-	require.False(t, metricsOff([]string{"--batch-size=1000"}))
-	require.True(t, metricsOff([]string{"--http-addr="}))
-	require.True(t, metricsOff([]string{"--http-addr", "127.0.0.1:9999"}))
+	for _, tc := range []struct {
+		args []string
+		addr string
+		set  bool
+	}{
+		{[]string{"--batch-size=1000"}, "", false},
+		{[]string{"--http-addr="}, "", true},
+		{[]string{"--http-addr=127.0.0.1:9470", "--pprof"}, "127.0.0.1:9470", true},
+		{[]string{"--http-addr", "127.0.0.1:9999"}, "127.0.0.1:9999", true},
+		{[]string{"--http-addr=127.0.0.1:1", "--http-addr="}, "", true},
+	} {
+		addr, set := relayHTTPAddr(tc.args)
+		require.Equal(t, tc.addr, addr, "%q", tc.args)
+		require.Equal(t, tc.set, set, "%q", tc.args)
+	}
 }

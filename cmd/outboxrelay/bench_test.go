@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "claims/1k")
 	require.Contains(t, stdout.String(), "wal B/event")
 	require.Contains(t, stdout.String(), "gate closes")
+	require.Contains(t, stdout.String(), "allocs/event")
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
 	require.Contains(t, stdout.String(), "idle p50 relay − ceiling")
@@ -103,6 +105,9 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		require.NotNil(t, c.ClaimsPer1k, "%s %s: claims not read", row[0], row[1])
 		require.Positive(t, *c.ClaimsPer1k, "%s %s: claims", row[0], row[1])
 		require.NotNil(t, c.GateCloses, "%s %s: gate closes not read", row[0], row[1])
+		require.NotNil(t, c.AllocsPerEvent, "%s %s: allocations not read", row[0], row[1])
+		// Each event's message and row at least, whatever a claim shares.
+		require.Greater(t, *c.AllocsPerEvent, 1.0, "%s %s: allocations per event", row[0], row[1])
 	}
 	require.Nil(t, byRow[[2]string{"drain", "naive"}].Cost.ClaimsPer1k, "the naive poller's claims")
 	for _, row := range [][2]string{{"steady", "relay"}, {"idle", "relay"}, {"idle", "ceiling"}} {
@@ -169,6 +174,44 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	pool := testkit.NewPool(t, dbURL)
 	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema), "schema dropped")
 	require.True(t, exchangeGone(t, exchange), "exchange deleted")
+}
+
+// A run that profiles the relay gives it --http-addr through --relay-arg;
+// the claims, the gate's closes and the allocations are then read there.
+func TestBenchReadsTheMetricsWhereRelayArgsServeThem(t *testing.T) {
+	t.Parallel()
+	dbURL := testkit.NewDatabase(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	jsonPath := filepath.Join(t.TempDir(), "bench.jsonl")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "bench",
+		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
+		"--schema="+testkit.UniqueName("bench"), "--exchange="+testkit.UniqueName("outboxrelay_bench"),
+		"--json="+jsonPath, "--only=drain", "--drain-events=200", "--naive-drain-time=1s", "--drain-wait=30s",
+		"--relay-arg=--pprof", "--relay-arg=--http-addr="+addr)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 45 * time.Second
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	rows, _, _ := readBenchJSON(t, jsonPath)
+	var drain *bench.Result
+	for i, r := range rows {
+		if r.Workload == "drain" && r.System == "relay" {
+			drain = &rows[i]
+		}
+	}
+	require.NotNil(t, drain, "%s", out)
+	require.NotNil(t, drain.Cost)
+	require.NotNil(t, drain.Cost.ClaimsPer1k, "claims read at %s", addr)
+	require.Positive(t, *drain.Cost.ClaimsPer1k)
+	require.NotNil(t, drain.Cost.AllocsPerEvent, "allocations read at %s", addr)
 }
 
 // readBenchJSON parses the JSON lines of one bench run: its result rows and
