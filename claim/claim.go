@@ -71,34 +71,25 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	if ordered {
 		firstBack = map[string]int64{}
 	}
+	// One set of scan targets serves every row: scanning into fresh locals
+	// cost a heap allocation for each of them per row, and a nullable
+	// column scanned into a *string one more.
+	var r scanned
+	dest := r.targets(ordered)
 	for rows.Next() {
-		var (
-			e                                  Event
-			headers, exchange, routingKey      *string
-			aggregateType, aggregateID, evType *string
-		)
-		var (
-			payload *string
-			cursor  *int64
-			more    bool
-		)
-		dest := []any{&e.ID, &e.EventID, &aggregateType, &aggregateID, &evType,
-			&payload, &headers, &exchange, &routingKey, &e.CreatedAt, &e.Attempts}
-		if ordered {
-			dest = append(dest, &e.OrderingKey, &cursor, &more)
-		}
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
 		}
-		if cursor != nil {
-			s.cursor.Store(*cursor)
+		e := r.event()
+		if r.cursor.Valid {
+			s.cursor.Store(r.cursor.Int64)
 		}
-		batchMore = batchMore || more
+		batchMore = batchMore || r.more
 		if ordered {
 			keys = append(keys, e.OrderingKey)
 		}
-		n := len(deref(payload)) + len(deref(headers))
+		n := len(e.Payload) + len(e.Headers)
 		received += n
 		if len(events) == 0 || size+n <= s.cfg.MaxBatchBytes {
 			size += n
@@ -112,14 +103,6 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 				}
 			}
 			continue
-		}
-		e.AggregateType, e.AggregateID, e.EventType = deref(aggregateType), deref(aggregateID), deref(evType)
-		e.Exchange, e.RoutingKey = deref(exchange), deref(routingKey)
-		if payload != nil {
-			e.Payload = []byte(*payload)
-		}
-		if headers != nil {
-			e.Headers = []byte(*headers)
 		}
 		events = append(events, e)
 	}
@@ -208,12 +191,6 @@ func cutAfterOverflow(events []Event, overflow []int64, firstBack map[string]int
 	return kept, overflow
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
 
 func sortByID(events []Event) {
 	slices.SortFunc(events, func(a, b Event) int { return cmp.Compare(a.ID, b.ID) })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // DB is what the store needs of a connection pool; *pgxpool.Pool has it.
@@ -48,6 +49,12 @@ type Event struct {
 
 // LeaseID identifies one claim; only its holder may retry or release the rows.
 type LeaseID [16]byte
+
+// UUIDValue encodes the lease id as a PostgreSQL uuid parameter. pgx would
+// find the [16]byte underneath by reflection, at each claim.
+func (l LeaseID) UUIDValue() (pgtype.UUID, error) {
+	return pgtype.UUID{Bytes: l, Valid: true}, nil
+}
 
 // String formats the lease id as a UUID.
 func (l LeaseID) String() string {
