@@ -92,7 +92,7 @@ func writeStatus(w io.Writer, table string, s admin.Status) error {
 		oldest = "oldest " + age(*s.OldestPending)
 	}
 	fmt.Fprintf(tw, "pending\t%d\t%s; %d in flight, %d waiting to retry\n", s.Pending, oldest, s.InFlight, s.Retrying)
-	fmt.Fprintf(tw, "published\t%d\tconfirmed, kept until cleanup\n", s.Published)
+	fmt.Fprintf(tw, "published\t%d\tconfirmed, kept until cleanup (--retention; none with 0)\n", s.Published)
 	fmt.Fprintf(tw, "failed\t%d\tdead-lettered\n", s.Failed)
 	if err := tw.Flush(); err != nil {
 		return err
