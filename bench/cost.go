@@ -13,8 +13,8 @@ import (
 // (found by the child's unique application_name) spend between begin and
 // finish, the child's peak memory, the WAL the server wrote meanwhile and,
 // for a relay, the claims it made, the times it closed its notification
-// gate and its heap allocations. A backend first seen at finish counts from 0; one gone by then is
-// not counted.
+// gate and its heap allocations. A backend first seen at finish counts
+// from 0; one gone by then is not counted.
 type costMeter struct {
 	db      *database
 	proc    *process

@@ -63,9 +63,8 @@ func (r *runner) drainWith(ctx context.Context, n int) (res Result, err error) {
 // allocations of several relays and their backends, and keeps the largest
 // peak memory and the largest WAL per event (each meter saw the whole
 // server's WAL, over nearly the same time).
-// PostgreSQL's part, the claims and the closes are known only if every
-// relay's are. Nil if any is nil (nothing
-// delivered).
+// PostgreSQL's part, the claims, the closes and the allocations are known
+// only if every relay's are. Nil if any is nil (nothing delivered).
 func sumCosts(costs []*Cost) *Cost {
 	sum := &Cost{PGCPUPer1k: ptr(0.0), ClaimsPer1k: ptr(0.0), GateCloses: ptr(0.0), AllocsPerEvent: ptr(0.0)}
 	add := func(sum **float64, v *float64) {
