@@ -191,7 +191,6 @@ func cutAfterOverflow(events []Event, overflow []int64, firstBack map[string]int
 	return kept, overflow
 }
 
-
 func sortByID(events []Event) {
 	slices.SortFunc(events, func(a, b Event) int { return cmp.Compare(a.ID, b.ID) })
 }
