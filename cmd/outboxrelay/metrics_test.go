@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -232,6 +234,44 @@ func TestPprofServesTheRelaysProfilesOnlyWhenAsked(t *testing.T) {
 	code, profile := testkit.HTTPStatus(t, on, "/debug/pprof/profile?seconds=1")
 	require.Equal(t, 200, code, profile)
 	require.True(t, strings.HasPrefix(profile, "\x1f\x8b"), "a gzipped CPU profile")
+}
+
+// By default the relay re-executes itself, same process, with schedtrace in
+// GODEBUG, which keeps the Go runtime's system monitor from parking;
+// --no-sysmon-awake leaves its environment as it was given.
+func TestSysmonAwakeReexecutesTheRelayWithSchedtrace(t *testing.T) {
+	t.Parallel()
+	dbURL, _ := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{"default", nil, true},
+		{"off", []string{"--no-sysmon-awake"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startRelay(t, relayEnv(dbURL, exchange, "GODEBUG=madvdontneed=1"), tc.args...)
+			testkit.WaitFor(t, 30*time.Second, "relay started", func() bool {
+				return strings.Contains(p.Out.String(), `"relay started"`)
+			})
+			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
+			require.NoError(t, err)
+			var godebug string
+			for _, kv := range strings.Split(string(environ), "\x00") {
+				if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+					godebug = v
+				}
+			}
+			if tc.want {
+				require.Equal(t, "madvdontneed=1,schedtrace=2147483647", godebug, "the started process, re-executed")
+			} else {
+				require.Equal(t, "madvdontneed=1", godebug)
+			}
+			require.Equal(t, 1, strings.Count(p.Out.String(), `"relay started"`), "one relay, not two")
+		})
+	}
 }
 
 // --procs sets GOMAXPROCS, one by default; the Go runtime's own gauge
