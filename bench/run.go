@@ -193,18 +193,18 @@ func (r *runner) start(name string) (*system, error) {
 	app := "outboxrelay-bench-" + name + "-" + randomHex(4)
 	env := r.env(app)
 	var metrics string
-	if addr, set := relayHTTPAddr(r.cfg.RelayArgs); name != SystemNaive && set {
-		// The relay serves its metrics where --relay-arg says, or not at
-		// all (--relay-arg=--http-addr=).
-		metrics = addr
-	} else if name != SystemNaive {
-		// Metrics on, as by default, on a port of each relay's own that
-		// the claims are read from.
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
+	if name != SystemNaive {
+		// The relay serves its metrics where --relay-arg=--http-addr= says,
+		// or nowhere if that is empty; by default on a port of its own.
+		addr, set := relayHTTPAddr(r.cfg.RelayArgs)
+		if !set {
+			var err error
+			if addr, err = freeAddr(); err != nil {
+				return nil, err
+			}
+			env = append(env, "OUTBOX_HTTP_ADDR="+addr)
 		}
-		env, metrics = append(env, "OUTBOX_HTTP_ADDR="+addr), addr
+		metrics = addr
 	}
 	p, err := startProcess(what, r.cfg.Executable, args, env)
 	if err != nil {
