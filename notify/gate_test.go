@@ -119,6 +119,40 @@ func TestGateSilencesTheTriggerOnlyWhileClosed(t *testing.T) {
 	require.Equal(t, "", e.next(t), "the reopened gate did not notify")
 }
 
+// A closed gate costs a producer one failed try of the lock in the
+// trigger's WHEN clause and nothing more: PostgreSQL queues no trigger
+// event and calls no trigger function. An open gate calls the function,
+// which notifies.
+func TestClosedGateCallsNoTriggerFunction(t *testing.T) {
+	t.Parallel()
+	e := newGateEnv(t, time.Hour)
+	e.close(t)
+	require.EqualValues(t, 0, triggerCalls(t, e.pool), "a closed gate ran the trigger function")
+	require.NoError(t, e.gate.Open(context.Background()))
+	require.EqualValues(t, 1, triggerCalls(t, e.pool), "an open gate did not run the trigger function")
+	require.Equal(t, "", e.next(t), "the open gate's insert did not notify")
+}
+
+// triggerCalls inserts one event and returns how many times the insert
+// called outboxrelay_notify(), counted by PostgreSQL for the transaction
+// (track_functions, which the tests' superuser may set for it).
+func triggerCalls(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = tx.Exec(ctx, "SET LOCAL track_functions = 'pl'")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, insertOne)
+	require.NoError(t, err)
+	var calls int64
+	require.NoError(t, tx.QueryRow(ctx,
+		`SELECT coalesce(pg_stat_get_xact_function_calls('outboxrelay_notify'::regproc), 0)`).Scan(&calls))
+	require.NoError(t, tx.Commit(ctx))
+	return calls
+}
+
 // A relay that stops refreshing its closed gate has the server end the
 // transaction holding it after TTL, and the trigger notifies again; the
 // next Close takes the gate again.
@@ -421,9 +455,9 @@ func TestProducerWithoutPrivilegesPassesTheGate(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 }
 
-// The trigger function is written out twice, in the migration and in the
-// drop-in script, with the lock class Go knows as GateLockClass: all must
-// agree.
+// The trigger function and the trigger's WHEN clause are written out
+// twice, in the migrations and in the drop-in script, with the lock class
+// Go knows as GateLockClass: all must agree.
 func TestTriggerFunctionsAgreeWithTheGate(t *testing.T) {
 	class := strconv.Itoa(GateLockClass)
 	var bodies []string
@@ -438,6 +472,12 @@ func TestTriggerFunctionsAgreeWithTheGate(t *testing.T) {
 		bodies = append(bodies, strings.Join(strings.Fields(body), " "))
 	}
 	require.Equal(t, bodies[0], bodies[1], "the migration's and the drop-in's trigger functions differ")
+	// The triggers try the same lock in their WHEN clauses first.
+	for _, path := range []string{"../migrations/006_gate_when.sql", "../sql/outboxrelay_install.sql"} {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Contains(t, string(b), "WHEN (pg_try_advisory_xact_lock_shared("+class+", hashtext(%L)))", path)
+	}
 }
 
 func TestNewGateRejectsBadNames(t *testing.T) {

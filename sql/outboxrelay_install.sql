@@ -86,6 +86,7 @@ DECLARE
     rel       regclass;
     col       record;
     id_type   regtype;
+    enabled   "char";
 BEGIN
     IF tbl = '' THEN
         RAISE EXCEPTION 'outboxrelay: name the table: psql -v table=NAME -f outboxrelay_install.sql';
@@ -176,8 +177,21 @@ BEGIN
             RETURN NULL;
         END
         $body$$fn$, sch);
-    EXECUTE format('CREATE OR REPLACE TRIGGER outboxrelay_notify AFTER INSERT ON %s FOR EACH STATEMENT EXECUTE FUNCTION %I.outboxrelay_notify(%L, %L)',
-        rel, sch, chan, format('%I.%I', sch, tbl || '_wakeup'));
+    -- The trigger tries the gate lock in its WHEN clause, so a closed gate
+    -- costs a producer that one failed try: no trigger event is queued and
+    -- the function is not called (migrations/006_gate_when.sql). Replacing
+    -- a trigger enables it; one the operator disabled, or enabled ALWAYS or
+    -- REPLICA, is put back so.
+    SELECT tgenabled INTO enabled FROM pg_trigger WHERE tgrelid = rel AND tgname = 'outboxrelay_notify';
+    EXECUTE format('CREATE OR REPLACE TRIGGER outboxrelay_notify AFTER INSERT ON %s FOR EACH STATEMENT '
+        'WHEN (pg_try_advisory_xact_lock_shared(1868722809, hashtext(%L))) EXECUTE FUNCTION %I.outboxrelay_notify(%L, %L)',
+        rel, chan, sch, chan, format('%I.%I', sch, tbl || '_wakeup'));
+    CASE enabled
+        WHEN 'D' THEN EXECUTE format('ALTER TABLE %s DISABLE TRIGGER outboxrelay_notify', rel);
+        WHEN 'A' THEN EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outboxrelay_notify', rel);
+        WHEN 'R' THEN EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER outboxrelay_notify', rel);
+        ELSE NULL;
+    END CASE;
 END
 $install$;
 
