@@ -74,8 +74,9 @@ type GateDB interface {
 // relay closes the gate while it is busy claiming anyway, and opens it
 // before it waits. Closed, the gate is an exclusive advisory lock that the
 // relay holds in a transaction of its own: the trigger tries the lock
-// shared and, failing, returns without notifying. That failed try is all a
-// producer pays while the gate is closed.
+// shared in its WHEN clause and, failing, is skipped: no trigger event, no
+// function call, no NOTIFY. That failed try is all a producer pays while
+// the gate is closed.
 //
 // The transaction's idle_in_transaction_session_timeout is TTL: a relay
 // that stops refreshing the gate (Close again) has the server end it, and a
