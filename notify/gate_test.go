@@ -127,30 +127,10 @@ func TestClosedGateCallsNoTriggerFunction(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	e.close(t)
-	require.EqualValues(t, 0, triggerCalls(t, e.pool), "a closed gate ran the trigger function")
+	require.EqualValues(t, 0, testkit.TriggerCalls(t, e.pool, insertOne), "a closed gate ran the trigger function")
 	require.NoError(t, e.gate.Open(context.Background()))
-	require.EqualValues(t, 1, triggerCalls(t, e.pool), "an open gate did not run the trigger function")
+	require.EqualValues(t, 1, testkit.TriggerCalls(t, e.pool, insertOne), "an open gate did not run the trigger function")
 	require.Equal(t, "", e.next(t), "the open gate's insert did not notify")
-}
-
-// triggerCalls inserts one event and returns how many times the insert
-// called outboxrelay_notify(), counted by PostgreSQL for the transaction
-// (track_functions, which the tests' superuser may set for it).
-func triggerCalls(t *testing.T, pool *pgxpool.Pool) int64 {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = tx.Exec(ctx, "SET LOCAL track_functions = 'pl'")
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, insertOne)
-	require.NoError(t, err)
-	var calls int64
-	require.NoError(t, tx.QueryRow(ctx,
-		`SELECT coalesce(pg_stat_get_xact_function_calls('outboxrelay_notify'::regproc), 0)`).Scan(&calls))
-	require.NoError(t, tx.Commit(ctx))
-	return calls
 }
 
 // A relay that stops refreshing its closed gate has the server end the

@@ -254,36 +254,15 @@ func TestDropInTriggerCallsNothingThroughAClosedGate(t *testing.T) {
 
 	require.NoError(t, gate.Close(ctx))
 	testkit.WaitFor(t, 30*time.Second, "the gate lock to be granted", func() bool {
-		return testkit.QueryInt(t, d.Pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
-			AND classid = $1 AND mode = 'ExclusiveLock' AND granted`, notify.GateLockClass) == 1
+		return testkit.GateLocks(t, d.Pool, notify.GateLockClass, true) == 1
 	})
-	require.EqualValues(t, 0, triggerCalls(t, d.Pool, insert), "a closed gate ran the drop-in trigger function")
+	require.EqualValues(t, 0, testkit.TriggerCalls(t, d.Pool, insert), "a closed gate ran the drop-in trigger function")
 	require.NoError(t, gate.Open(ctx))
-	require.EqualValues(t, 1, triggerCalls(t, d.Pool, insert), "an open gate did not run the drop-in trigger function")
+	require.EqualValues(t, 1, testkit.TriggerCalls(t, d.Pool, insert), "an open gate did not run the drop-in trigger function")
 
 	testkit.Exec(t, d.Pool, `ALTER TABLE app_events DISABLE TRIGGER outboxrelay_notify`)
 	psql(t, d.URL, append(dropInVars, "-f", "../../sql/outboxrelay_install.sql")...)
 	require.Equal(t, "D", strings.TrimSpace(psql(t, d.URL, "-tA", "-c",
 		`SELECT tgenabled FROM pg_trigger WHERE tgname = 'outboxrelay_notify'`)),
 		"running the install script again enabled a disabled trigger")
-}
-
-// triggerCalls runs insert and returns how many times it called
-// outboxrelay_notify(), counted by PostgreSQL for the transaction
-// (track_functions, which the tests' superuser may set for it).
-func triggerCalls(t *testing.T, pool *pgxpool.Pool, insert string) int64 {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // committed below
-	_, err = tx.Exec(ctx, "SET LOCAL track_functions = 'pl'")
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, insert)
-	require.NoError(t, err)
-	var calls int64
-	require.NoError(t, tx.QueryRow(ctx,
-		`SELECT coalesce(pg_stat_get_xact_function_calls('outboxrelay_notify'::regproc), 0)`).Scan(&calls))
-	require.NoError(t, tx.Commit(ctx))
-	return calls
 }
