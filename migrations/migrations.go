@@ -31,12 +31,9 @@ func Migrate(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) (int32, e
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	m, err := newMigrator(ctx, conn)
 	if err != nil {
-		return 0, fmt.Errorf("migrate: version table: %w", err)
-	}
-	if err := m.LoadMigrations(files); err != nil {
-		return 0, fmt.Errorf("migrate: load: %w", err)
+		return 0, err
 	}
 	m.OnStart = func(seq int32, name, direction, _ string) {
 		logger.Info("applying migration", "version", seq, "name", name, "direction", direction)
@@ -49,6 +46,18 @@ func Migrate(ctx context.Context, conn *pgx.Conn, logger *slog.Logger) (int32, e
 		return 0, fmt.Errorf("migrate: read version: %w", err)
 	}
 	return v, nil
+}
+
+// newMigrator is a tern migrator of the embedded migrations on conn.
+func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error) {
+	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: version table: %w", err)
+	}
+	if err := m.LoadMigrations(files); err != nil {
+		return nil, fmt.Errorf("migrate: load: %w", err)
+	}
+	return m, nil
 }
 
 // Latest is the version Migrate brings a schema to.

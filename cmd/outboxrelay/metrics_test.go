@@ -244,12 +244,12 @@ func TestSysmonAwakeReexecutesTheRelayWithSchedtrace(t *testing.T) {
 	dbURL, _ := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	for _, tc := range []struct {
-		name string
-		args []string
-		want bool
+		name    string
+		args    []string
+		godebug string
 	}{
-		{"default", nil, true},
-		{"off", []string{"--no-sysmon-awake"}, false},
+		{"default", nil, "madvdontneed=1,schedtrace=2147483647"},
+		{"off", []string{"--no-sysmon-awake"}, "madvdontneed=1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startRelay(t, relayEnv(dbURL, exchange, "GODEBUG=madvdontneed=1"), tc.args...)
@@ -264,11 +264,7 @@ func TestSysmonAwakeReexecutesTheRelayWithSchedtrace(t *testing.T) {
 					godebug = v
 				}
 			}
-			if tc.want {
-				require.Equal(t, "madvdontneed=1,schedtrace=2147483647", godebug, "the started process, re-executed")
-			} else {
-				require.Equal(t, "madvdontneed=1", godebug)
-			}
+			require.Equal(t, tc.godebug, godebug, "the started process, re-executed by default")
 			require.Equal(t, 1, strings.Count(p.Out.String(), `"relay started"`), "one relay, not two")
 		})
 	}
