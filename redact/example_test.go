@@ -12,11 +12,15 @@ func ExampleURL() {
 	fmt.Println(redact.URL("amqp://guest:secret@rabbit:5672/"))
 	fmt.Println(redact.URL("amqp://guest:secret@a:5672/,amqp://guest:secret@b:5672/"))
 	fmt.Println(redact.URL("postgres://app@db:5432/app"))
-	fmt.Println(redact.URL("host=db password=secret"))
+	fmt.Println(redact.URL("postgres://app@db:5432/app?password=secret&sslmode=disable"))
+	fmt.Println(redact.URL("host=db user=app password='a secret' sslmode=disable"))
+	fmt.Println(redact.URL("db:5432"))
 	// Output:
 	// amqp://guest:xxxxx@rabbit:5672/
 	// amqp://guest:xxxxx@a:5672/,amqp://guest:xxxxx@b:5672/
 	// postgres://app@db:5432/app
+	// postgres://app@db:5432/app?password=xxxxx&sslmode=disable
+	// host=db user=app password=xxxxx sslmode=disable
 	// (unparsable URL)
 }
 
