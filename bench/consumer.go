@@ -196,7 +196,7 @@ func dialAMQP(amqpURL, name string) (*amqp.Connection, error) {
 		Properties: props,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dial RabbitMQ at %s: %w", redact.URL(amqpURL), err)
+		return nil, fmt.Errorf("dial RabbitMQ at %s: %w", redact.URL(amqpURL), redact.Error(err, amqpURL))
 	}
 	return conn, nil
 }

@@ -34,12 +34,12 @@ type database struct {
 func openDatabase(ctx context.Context, rawURL, schema string) (*database, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
+		return nil, fmt.Errorf("database URL: %w", redact.Error(err, rawURL))
 	}
 	d := &database{base: u, schema: schema, table: pgx.Identifier{schema, "outbox"}.Sanitize()}
 	cfg, err := pgxpool.ParseConfig(d.url("outboxrelay-bench"))
 	if err != nil {
-		return nil, fmt.Errorf("database URL %s: %w", redact.URL(rawURL), err)
+		return nil, fmt.Errorf("database URL %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	cfg.MaxConns = 4
 	connectCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -52,7 +52,7 @@ func openDatabase(ctx context.Context, rawURL, schema string) (*database, error)
 		if pool != nil {
 			pool.Close()
 		}
-		return nil, fmt.Errorf("PostgreSQL at %s: %w", redact.URL(rawURL), err)
+		return nil, fmt.Errorf("PostgreSQL at %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	d.pool = pool
 	if err := d.lockSchema(connectCtx); err != nil {

@@ -45,7 +45,7 @@ func Probe(ctx context.Context, cfg Config) (Machine, error) {
 	defer cancel()
 	db, err := pgx.Connect(connectCtx, cfg.DatabaseURL)
 	if err != nil {
-		return m, fmt.Errorf("probe: PostgreSQL at %s: %w", redact.URL(cfg.DatabaseURL), err)
+		return m, fmt.Errorf("probe: PostgreSQL at %s: %w", redact.URL(cfg.DatabaseURL), redact.Error(err, cfg.DatabaseURL))
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 	if err := db.QueryRow(connectCtx, "SHOW server_version").Scan(&m.PostgreSQL); err != nil {

@@ -70,7 +70,7 @@ func RunNaive(ctx context.Context, cfg NaiveConfig) error {
 	cfg = cfg.withDefaults()
 	pgCfg, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("naive: database URL %s: %w", redact.URL(cfg.DatabaseURL), err)
+		return fmt.Errorf("naive: database URL %s: %w", redact.URL(cfg.DatabaseURL), redact.Error(err, cfg.DatabaseURL))
 	}
 	if _, ok := pgCfg.RuntimeParams["application_name"]; !ok {
 		pgCfg.RuntimeParams["application_name"] = "outboxrelay-naive"
@@ -82,7 +82,7 @@ func RunNaive(ctx context.Context, cfg NaiveConfig) error {
 	case err != nil && ctx.Err() != nil:
 		return nil // stopped while connecting, on a busy machine
 	case err != nil:
-		return fmt.Errorf("naive: PostgreSQL: %w", err)
+		return fmt.Errorf("naive: PostgreSQL at %s: %w", redact.URL(cfg.DatabaseURL), redact.Error(err, cfg.DatabaseURL))
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 	broker, err := dialAMQP(cfg.AMQPURL, "outboxrelay-naive")

@@ -181,7 +181,7 @@ func (p *Publisher) connectTo(ctx context.Context, i int) (err error) {
 		return fmt.Errorf("connect %s: %w", name, ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", name, err)
+		return fmt.Errorf("connect %s: %w", name, redact.Error(err, p.urls[i]))
 	}
 	defer func() {
 		if err != nil {
