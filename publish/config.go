@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxrelay/outboxrelay/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -151,10 +152,10 @@ func validateURL(label, raw string) error {
 		return fmt.Errorf("publish: %s: %w (reserved characters in the user or password must be percent-encoded)", label, err)
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return fmt.Errorf("publish: %s %s: scheme must be amqp or amqps", label, u.Redacted())
+		return fmt.Errorf("publish: %s %s: scheme must be amqp or amqps", label, redact.URL(raw))
 	}
 	if _, err := amqp.ParseURI(raw); err != nil {
-		return fmt.Errorf("publish: %s %s: %w", label, u.Redacted(), err)
+		return fmt.Errorf("publish: %s %s: %w", label, redact.URL(raw), redact.Error(err, raw))
 	}
 	return nil
 }

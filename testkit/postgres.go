@@ -89,7 +89,7 @@ func NewPool(t testing.TB, databaseURL string) *pgxpool.Pool {
 	defer cancel()
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
-		t.Fatalf("testkit: pool: %v", err)
+		t.Fatalf("testkit: pool: %v", redact.Error(err, databaseURL))
 	}
 	t.Cleanup(pool.Close)
 	return pool
@@ -108,7 +108,7 @@ func NewPoolOf(t testing.TB, databaseURL string, conns int) *pgxpool.Pool {
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		t.Fatalf("testkit: pool: %v", err)
+		t.Fatalf("testkit: pool: %v", redact.Error(err, databaseURL))
 	}
 	t.Cleanup(pool.Close)
 	return pool

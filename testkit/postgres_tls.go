@@ -25,7 +25,7 @@ func PostgresTLS(t testing.TB) (rootCertFile, host string) {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, PostgresURL())
 	if err != nil {
-		t.Fatalf("testkit: connect: %v", err)
+		t.Fatalf("testkit: connect: %v", redact.Error(err, PostgresURL()))
 	}
 	defer conn.Close(ctx)
 	var on, certFile string
