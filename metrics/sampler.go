@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/lockkey"
 )
 
 // Statements of the sampler. The sampling lock is a session-level advisory
@@ -29,9 +30,8 @@ const (
 // do within a short interval.
 const minOpTimeout = 5 * time.Second
 
-// samplerLockSpace is the first key of the sampling lock (the ordering
-// index build uses 1868722809).
-const samplerLockSpace = 1868722810
+// samplerLockSpace is the first key of the sampling lock.
+const samplerLockSpace = lockkey.Sampler
 
 // SamplerConfig configures a Sampler.
 type SamplerConfig struct {
