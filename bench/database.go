@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/redact"
 )
 
@@ -198,21 +197,40 @@ func (d *database) insertShapedBacklog(ctx context.Context, first int64, shape S
 // hasOrderingIndex reports whether the outbox has the valid ordering index
 // an ordered relay creates when it migrates.
 func (d *database) hasOrderingIndex(ctx context.Context) (bool, error) {
-	n, err := d.queryInt(ctx, "look up ordering index", `SELECT count(*) FROM pg_index
-		WHERE indexrelid = to_regclass($1) AND indrelid = to_regclass($2) AND indisvalid`,
-		d.orderingIndex(), d.table)
-	return n > 0, err
+	names, err := d.orderingIndexes(ctx)
+	return len(names) > 0, err
 }
 
-// dropOrderingIndex drops the ordering index if it exists. No relay may
-// be running.
+// orderingIndexesSQL lists the valid indexes on $1 that lead with the
+// aggregate's columns and the id, as the ordered relay needs (whatever
+// their names: the migrations' of earlier versions, or the install's),
+// schema-qualified and quoted.
+const orderingIndexesSQL = `SELECT coalesce(array_agg(i.indexrelid::regclass::text), '{}') FROM pg_index AS i
+	WHERE i.indrelid = to_regclass($1) AND i.indisvalid
+	  AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
+	       FROM unnest(i.indkey) WITH ORDINALITY AS k (attnum, ord)
+	       JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+	       WHERE k.ord <= 3) = '{aggregate_type,aggregate_id,id}'`
+
+// orderingIndexes lists the ordering indexes on the table.
+func (d *database) orderingIndexes(ctx context.Context) ([]string, error) {
+	var names []string
+	if err := d.pool.QueryRow(ctx, orderingIndexesSQL, d.table).Scan(&names); err != nil {
+		return nil, fmt.Errorf("look up ordering index: %w", err)
+	}
+	return names, nil
+}
+
+// dropOrderingIndex drops the ordering indexes, if any. No relay may be
+// running.
 func (d *database) dropOrderingIndex(ctx context.Context) error {
-	return d.exec(ctx, "drop ordering index", "DROP INDEX IF EXISTS "+d.orderingIndex())
-}
-
-// orderingIndex is the ordering index's name, schema-qualified and quoted.
-func (d *database) orderingIndex() string {
-	return pgx.Identifier{d.schema, migrations.OrderingIndex}.Sanitize()
+	names, err := d.orderingIndexes(ctx)
+	for _, name := range names {
+		if err == nil {
+			err = d.exec(ctx, "drop ordering index", "DROP INDEX IF EXISTS "+name)
+		}
+	}
+	return err
 }
 
 // pending counts the rows waiting to be published.

@@ -88,14 +88,6 @@ SELECT {{.ID}}, {{.EventID}}, {{.AggregateType}}, {{.AggregateID}}, {{.EventType
     {{.AvailableAt}}, {{.LeaseID}}, {{.LastError}}, {{.CreatedAt}}, {{.PublishedAt}}
 FROM {{.Table}} LIMIT 0;
 
--- name: check_trigger
--- $1 the table (regclass text). Whether an enabled trigger on the table runs
--- outboxrelay_notify(), the function that sends the relay's NOTIFY (the
--- migrations and sql/outboxrelay_install.sql both install it).
-SELECT EXISTS (
-    SELECT 1 FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid
-    WHERE t.tgrelid = $1::regclass AND p.proname = 'outboxrelay_notify' AND t.tgenabled <> 'D');
-
 -- name: sample
 -- $1 the table (regclass text); $2 whether dead-lettered events block
 -- their aggregates (ordered mode under the block policy). The table's

@@ -22,7 +22,7 @@ type queries struct {
 	// text for the catalog queries.
 	table                                                                string
 	claim, markPublished, retry, extend, release, deletePublished, check string
-	checkOrdering, checkTrigger, sample                                  string
+	checkOrdering, sample                                                string
 	insertSequence, lastInsertID, notifyWaiters                          string
 }
 
@@ -74,7 +74,6 @@ func render(cfg Config) (queries, error) {
 		deletePublished: named["delete_published"],
 		check:           named["check"],
 		checkOrdering:   named["check_ordering"],
-		checkTrigger:    named["check_trigger"],
 		sample:          named["sample"],
 		insertSequence:  named["insert_sequence"],
 		lastInsertID:    named["last_insert_id"],

@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -53,28 +52,4 @@ func (s *Store) Sample(ctx context.Context, db DB) (Sample, error) {
 	out.Published = max(rows-out.Pending-out.Failed, 0)
 	out.OldestPending = time.Duration(oldestS * float64(time.Second))
 	return out, nil
-}
-
-// ErrNoTrigger is CheckTrigger's error when no enabled trigger on the table
-// sends the relay's notifications: producers' events then wait for the
-// fallback poll.
-var ErrNoTrigger = errors.New("no outbox trigger")
-
-// CheckTrigger proves the table exists and an enabled trigger on it runs
-// outboxrelay_notify().
-func (s *Store) CheckTrigger(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
-	defer cancel()
-	r, err := s.db.Query(ctx, s.q.checkTrigger, s.q.table)
-	if err != nil {
-		return fmt.Errorf("check trigger: %w", err)
-	}
-	ok, err := pgx.CollectExactlyOneRow(r, pgx.RowTo[bool])
-	if err != nil {
-		return fmt.Errorf("check trigger: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("%w on %s: apply the migrations or sql/outboxrelay_install.sql", ErrNoTrigger, s.cfg.Table)
-	}
-	return nil
 }

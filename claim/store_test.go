@@ -3,7 +3,6 @@ package claim_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -386,11 +384,7 @@ func publishedOneByOne(t *testing.T, setup *pgxpool.Pool) {
 // as the relay's migrations do in ordered mode.
 func ensureOrderingIndex(t testing.TB, url string) {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	require.NoError(t, migrations.EnsureOrderingIndex(context.Background(), conn,
-		[]string{"aggregate_type", "aggregate_id"}, slog.New(slog.DiscardHandler)))
+	testkit.InstallOrdering(t, url)
 }
 
 // buffers is the top line's shared buffer count of an EXPLAIN (BUFFERS).

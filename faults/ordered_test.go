@@ -3,16 +3,13 @@
 package faults
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -80,10 +77,5 @@ func TestOrderedKillAndBrokerFaults(t *testing.T) {
 // which the relays, run with --no-migrate, do not.
 func orderingIndex(t *testing.T, url string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	require.NoError(t, migrations.EnsureOrderingIndex(ctx, conn, []string{"aggregate_type", "aggregate_id"}, nil))
+	testkit.InstallOrdering(t, url)
 }

@@ -32,8 +32,7 @@ func TestGateWhenMigrationKeepsTheTriggersState(t *testing.T) {
 		_, err = conn.Exec(ctx, "ALTER TABLE outbox "+state.alter)
 		require.NoError(t, err)
 
-		_, err = migrations.Migrate(ctx, conn, nil)
-		require.NoError(t, err)
+		require.NoError(t, migrations.MigrateTo(ctx, conn, 6))
 		var enabled, def string
 		require.NoError(t, conn.QueryRow(ctx, `SELECT tgenabled::text, pg_get_triggerdef(oid) FROM pg_trigger
 			WHERE tgrelid = 'outbox'::regclass AND tgname = 'outbox_notify'`).Scan(&enabled, &def))

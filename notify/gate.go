@@ -9,13 +9,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxrelay/outboxrelay/internal/lockkey"
 )
 
 // GateLockClass is the first key of the advisory lock a busy relay holds
 // and the outbox trigger tries, shared; the second is hashtext(channel).
-// It must match the trigger function in migrations/ and sql/. (Triggers of
-// earlier versions try 1868722808 and read the gate sequence instead.)
-const GateLockClass = 1868722809
+// The trigger in migrations/ and sql/ spells it out. (Triggers of version 2
+// try lockkey.GateV2 and read the gate sequence instead.)
+const GateLockClass = lockkey.Gate
 
 // GateApplicationName is the application_name of the session that holds
 // the gate, for the length of the gate's transaction: pg_stat_activity

@@ -16,7 +16,8 @@ import (
 )
 
 // gateEnv is a migrated outbox, a gate on it and a connection LISTENing on
-// the outbox channel.
+// the outbox channel and holding its listen lock, as a relay's listener
+// does.
 type gateEnv struct {
 	pool   *pgxpool.Pool
 	gate   *Gate
@@ -34,8 +35,7 @@ func newGateEnv(t *testing.T, ttl time.Duration) *gateEnv {
 	conn, err := pgx.Connect(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	_, err = conn.Exec(context.Background(), "LISTEN outbox")
-	require.NoError(t, err)
+	testkit.ListenAsRelay(t, conn, ListenLockClass, "outbox")
 	return &gateEnv{pool: pool, gate: gate, listen: conn}
 }
 
@@ -436,27 +436,32 @@ func TestProducerWithoutPrivilegesPassesTheGate(t *testing.T) {
 }
 
 // The trigger function and the trigger's WHEN clause are written out
-// twice, in the migrations and in the drop-in script, with the lock class
-// Go knows as GateLockClass: all must agree.
-func TestTriggerFunctionsAgreeWithTheGate(t *testing.T) {
-	class := strconv.Itoa(GateLockClass)
-	var bodies []string
-	for _, path := range []string{"../migrations/005_gate_lock.sql", "../sql/outboxrelay_install.sql"} {
+// twice, in the latest migration and in the drop-in script, with the lock
+// classes Go knows as ListenLockClass and GateLockClass: all must agree,
+// and the two functions must be the same text (the script leaves an
+// identical function alone, and replaces any other).
+func TestTriggerSQLAgreesWithTheLocks(t *testing.T) {
+	read := func(path, from, to string) string {
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
-		_, body, ok := strings.Cut(string(b), "IF TG_NARGS > 1")
-		require.True(t, ok, "%s has no gated trigger function", path)
-		body, _, ok = strings.Cut(body, "PERFORM pg_notify(TG_ARGV[0], '');")
-		require.True(t, ok, path)
-		require.Contains(t, body, "NOT pg_try_advisory_xact_lock_shared("+class+", hashtext(TG_ARGV[0]))", path)
-		bodies = append(bodies, strings.Join(strings.Fields(body), " "))
+		_, rest, ok := strings.Cut(string(b), from)
+		require.True(t, ok, "%s has no %q", path, from)
+		part, _, ok := strings.Cut(rest, to)
+		require.True(t, ok, "%s has no %q after %q", path, to, from)
+		return part
 	}
-	require.Equal(t, bodies[0], bodies[1], "the migration's and the drop-in's trigger functions differ")
-	// The triggers try the same lock in their WHEN clauses first.
-	for _, path := range []string{"../migrations/006_gate_when.sql", "../sql/outboxrelay_install.sql"} {
+	migration := read("../migrations/007_notify_listening.sql", "LANGUAGE plpgsql AS $$", "$$;")
+	install := read("../sql/outboxrelay_install.sql", "body      constant text := $body$", "$body$;")
+	require.Equal(t, migration, install, "the migration's and the drop-in's trigger functions differ")
+	listen, gate := strconv.Itoa(ListenLockClass), strconv.Itoa(GateLockClass)
+	require.Contains(t, install, "pg_try_advisory_xact_lock_shared("+listen+", hashtext(TG_ARGV[0]))")
+	require.Contains(t, install, "NOT pg_try_advisory_xact_lock_shared("+gate+", hashtext(TG_ARGV[0]))")
+	// The triggers try the same locks in their WHEN clauses first.
+	when := "NOT pg_try_advisory_xact_lock_shared(" + listen + ", hashtext(%L)) AND pg_try_advisory_xact_lock_shared(" + gate + ", hashtext(%L))"
+	for _, path := range []string{"../migrations/007_notify_listening.sql", "../sql/outboxrelay_install.sql"} {
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
-		require.Contains(t, string(b), "WHEN (pg_try_advisory_xact_lock_shared("+class+", hashtext(%L)))", path)
+		require.Contains(t, string(b), when, path)
 	}
 }
 

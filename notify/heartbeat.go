@@ -21,9 +21,11 @@ import (
 )
 
 // watchdog sends a heartbeat every PingInterval while connected and
-// abandons the session when one does not come back.
+// abandons the session when one does not come back. While the listener
+// lacks the listen lock, it beats every listenLockRetry at most: the
+// heartbeat's return is where the listener tries for the lock again.
 func (s *session) watchdog(ctx context.Context) {
-	t := time.NewTimer(s.l.cfg.PingInterval)
+	t := time.NewTimer(s.interval())
 	defer t.Stop()
 	for {
 		select {
@@ -35,8 +37,16 @@ func (s *session) watchdog(ctx context.Context) {
 			s.abandon()
 			return
 		}
-		t.Reset(s.l.cfg.PingInterval)
+		t.Reset(s.interval())
 	}
+}
+
+// interval is the time to the next heartbeat.
+func (s *session) interval() time.Duration {
+	if s.l.holdsLock.Load() {
+		return s.l.cfg.PingInterval
+	}
+	return min(s.l.cfg.PingInterval, listenLockRetry)
 }
 
 // ping sends one heartbeat through the Pinger and waits for it on the
@@ -79,8 +89,11 @@ func (s *session) ping(ctx context.Context, gen uint64) bool {
 	return true
 }
 
-// handlePong records a heartbeat that came back on the listening connection.
-func (l *Listener) handlePong(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+// handlePong records a heartbeat that came back on the listening
+// connection, and tries for the listen lock if the listener lacks it: once
+// taken, the producers that did not notify meanwhile have ended, and a
+// wake-up finds their events.
+func (l *Listener) handlePong(ctx context.Context, n *pgconn.Notification, conn *pgx.Conn) error {
 	seq, err := strconv.ParseUint(n.Payload, 10, 64)
 	if err != nil {
 		return nil // not a heartbeat of ours; nothing to do
@@ -91,6 +104,9 @@ func (l *Listener) handlePong(_ context.Context, n *pgconn.Notification, _ *pgx.
 	select {
 	case l.pong <- struct{}{}:
 	default:
+	}
+	if l.takeListenLock(ctx, conn) {
+		l.signal()
 	}
 	return nil
 }

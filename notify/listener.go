@@ -33,6 +33,9 @@ type Listener struct {
 	// listening is set once LISTEN succeeds and cleared when the
 	// connection is lost or abandoned (see Connected).
 	listening atomic.Bool
+	// holdsLock is set while the listening connection holds the listen
+	// lock (listenlock.go), cleared with each new connection.
+	holdsLock atomic.Bool
 
 	// The heartbeat: the watchdog sends sequence number pingSeq through the
 	// Pinger; the listening connection records the highest number it got
@@ -217,14 +220,15 @@ func (l *Listener) dial(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // errAttr is the "err" log attribute for err, with the connection's
-// password masked should any error ever quote it.
+// secrets masked should any error ever quote them: those of its
+// connection string, and the password wherever it came from.
 func (l *Listener) errAttr(err error) slog.Attr {
-	pw := l.connConfig.Password
-	if pw == "" {
-		return slog.Any("err", err)
+	err = redact.Error(err, l.connConfig.ConnString())
+	if pw := l.connConfig.Password; pw != "" {
+		conn := url.URL{Scheme: "postgres", User: url.UserPassword(l.connConfig.User, pw), Host: l.connConfig.Host}
+		err = redact.Error(err, conn.String())
 	}
-	conn := url.URL{Scheme: "postgres", User: url.UserPassword(l.connConfig.User, pw), Host: l.connConfig.Host}
-	return slog.Any("err", redact.Error(err, conn.String()))
+	return slog.Any("err", err)
 }
 
 // session is one run of pgxlisten.Listener.Listen, under a context the
@@ -285,6 +289,7 @@ func (s *session) connect(ctx context.Context) (*pgx.Conn, error) {
 	l := s.l
 	s.setConn(nil)
 	l.listening.Store(false)
+	l.holdsLock.Store(false)
 	if l.waitNext {
 		d := l.backoff.NextBackOff()
 		l.log.Debug("listener reconnecting", "delay", d)
@@ -326,7 +331,8 @@ func (s *session) logError(ctx context.Context, err error) {
 
 // channelHandler handles Channel: it wakes on every notification and, as a
 // pgxlisten.BacklogHandler, after every successful LISTEN, the moment rows
-// inserted while disconnected must be claimed.
+// inserted while disconnected must be claimed; then it also takes the
+// listen lock.
 type channelHandler struct{ s *session }
 
 func (h channelHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
@@ -335,8 +341,12 @@ func (h channelHandler) HandleNotification(context.Context, *pgconn.Notification
 	return nil
 }
 
-func (h channelHandler) HandleBacklog(_ context.Context, channel string, conn *pgx.Conn) error {
+func (h channelHandler) HandleBacklog(ctx context.Context, channel string, conn *pgx.Conn) error {
 	l := h.s.l
+	// LISTEN first, then the lock: a producer that finds a relay listening
+	// notifies a connection that receives it. The wake-up follows the lock,
+	// whose taking waited for the producers that did not notify.
+	l.takeListenLock(ctx, conn)
 	l.signal()
 	l.backoff.Reset()
 	pid := conn.PgConn().PID()

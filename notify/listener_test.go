@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ type harness struct {
 	l         *Listener
 	listening chan uint32 // the backend pid after every successful LISTEN
 	logs      *testkit.Buffer
+	stop      func() // cancels Run and awaits its return; the test's end does too
 }
 
 // start runs a Listener on cfg (with fast reconnects and a debug logger
@@ -51,14 +53,20 @@ func start(t *testing.T, cfg Config) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(eventTimeout):
+				t.Errorf("Run did not return within %s of cancel", eventTimeout)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(eventTimeout):
-			t.Errorf("Run did not return within %s of cancel", eventTimeout)
-		}
+		h.stop()
 		if t.Failed() {
 			t.Logf("listener logs:\n%s", h.logs.String())
 		}

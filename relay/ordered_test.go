@@ -1,16 +1,13 @@
 package relay_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/relay"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
@@ -19,11 +16,7 @@ import (
 func newOrderedEnv(t *testing.T) *env {
 	t.Helper()
 	e := newEnv(t)
-	conn, err := pgx.Connect(context.Background(), e.url)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	require.NoError(t, migrations.EnsureOrderingIndex(context.Background(), conn,
-		[]string{"aggregate_type", "aggregate_id"}, nil))
+	testkit.InstallOrdering(t, e.url)
 	return e
 }
 

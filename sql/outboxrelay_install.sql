@@ -2,22 +2,33 @@
 --
 --   psql "$DATABASE_URL" -v table=outbox_events -f sql/outboxrelay_install.sql
 --
--- Idempotent: running it again changes nothing. It installs, in one
--- transaction:
+-- `outboxrelay migrate --table …` runs the same installation, and
+-- `outboxrelay sql --table …` prints this script with the variables set.
+--
+-- It adds only what the table lacks, in one transaction, and running it
+-- again changes nothing; over a table the relay's migrations built, it adds
+-- nothing but what the variables change (another channel, say):
 --   * the columns the relay needs that the table lacks (each commented
 --     'added by outboxrelay', so the uninstall script can find them);
 --   * a unique index on the ordering column and partial indexes on what the
---     relay claims, what its cleanup deletes and the dead letters it counts;
+--     relay claims, what its cleanup deletes and the dead letters it counts,
+--     unless an index with the same definition exists under any name;
 --   * the trigger function outboxrelay_notify() and a statement-level
 --     AFTER INSERT trigger that sends NOTIFY on the channel (one
---     notification per inserting transaction, constant payload) unless a
---     busy relay holds its gate lock, and the sequence TABLE_wakeup that
---     relays also set for the triggers of earlier versions.
+--     notification per inserting transaction, constant payload) while a
+--     relay listens and none is busy; a trigger on the table that already
+--     calls outboxrelay_notify() (the migrations' outbox_notify, say) is
+--     updated in place, keeping its name and enabled state, instead;
+--   * the gate sequence (TABLE_wakeup) that relays also set for the
+--     triggers of earlier versions.
 --
 -- Variables (-v name=value), with their defaults:
 --   table              (required) the table's name
 --   schema             public
 --   channel            outbox      must match the relay's --channel
+--   gate_sequence      TABLE_wakeup, in the table's schema; optionally
+--                                  schema-qualified; must match the relay's
+--                                  --gate-sequence
 --   id_column          relay_id    bigint giving insert order; added as an
 --                                  identity column when missing; an existing
 --                                  column must be an integer type
@@ -41,23 +52,25 @@
 
 \set ON_ERROR_STOP on
 \if :{?table} \else \set table '' \endif
-\if :{?schema} \else \set schema public \endif
-\if :{?channel} \else \set channel outbox \endif
-\if :{?id_column} \else \set id_column relay_id \endif
-\if :{?event_id_column} \else \set event_id_column event_id \endif
-\if :{?status_column} \else \set status_column status \endif
-\if :{?created_at_column} \else \set created_at_column created_at \endif
-\if :{?status_pending} \else \set status_pending pending \endif
-\if :{?status_published} \else \set status_published published \endif
-\if :{?status_failed} \else \set status_failed failed \endif
-\if :{?ordering} \else \set ordering none \endif
-\if :{?ordering_key} \else \set ordering_key aggregate_type,aggregate_id \endif
+\if :{?schema} \else \set schema '' \endif
+\if :{?channel} \else \set channel '' \endif
+\if :{?gate_sequence} \else \set gate_sequence '' \endif
+\if :{?id_column} \else \set id_column '' \endif
+\if :{?event_id_column} \else \set event_id_column '' \endif
+\if :{?status_column} \else \set status_column '' \endif
+\if :{?created_at_column} \else \set created_at_column '' \endif
+\if :{?status_pending} \else \set status_pending '' \endif
+\if :{?status_published} \else \set status_published '' \endif
+\if :{?status_failed} \else \set status_failed '' \endif
+\if :{?ordering} \else \set ordering '' \endif
+\if :{?ordering_key} \else \set ordering_key '' \endif
 
 BEGIN;
 
 SELECT set_config('outboxrelay.table', :'table', true),
        set_config('outboxrelay.schema', :'schema', true),
        set_config('outboxrelay.channel', :'channel', true),
+       set_config('outboxrelay.gate_sequence', :'gate_sequence', true),
        set_config('outboxrelay.id_column', :'id_column', true),
        set_config('outboxrelay.event_id_column', :'event_id_column', true),
        set_config('outboxrelay.status_column', :'status_column', true),
@@ -71,29 +84,67 @@ SELECT set_config('outboxrelay.table', :'table', true),
 
 DO $install$
 DECLARE
-    tbl       text := current_setting('outboxrelay.table');
-    sch       text := current_setting('outboxrelay.schema');
-    chan      text := current_setting('outboxrelay.channel');
-    id_col    text := current_setting('outboxrelay.id_column');
-    ev_col    text := current_setting('outboxrelay.event_id_column');
-    st_col    text := current_setting('outboxrelay.status_column');
-    ca_col    text := current_setting('outboxrelay.created_at_column');
-    pending   text := current_setting('outboxrelay.status_pending');
-    published text := current_setting('outboxrelay.status_published');
-    failed    text := current_setting('outboxrelay.status_failed');
-    ordering  text := current_setting('outboxrelay.ordering');
-    key_cols  text[] := string_to_array(replace(current_setting('outboxrelay.ordering_key'), ' ', ''), ',');
+    tbl       text := coalesce(current_setting('outboxrelay.table', true), '');
+    sch       text := coalesce(nullif(current_setting('outboxrelay.schema', true), ''), 'public');
+    chan      text := coalesce(nullif(current_setting('outboxrelay.channel', true), ''), 'outbox');
+    gate_seq  text := coalesce(current_setting('outboxrelay.gate_sequence', true), '');
+    id_col    text := coalesce(nullif(current_setting('outboxrelay.id_column', true), ''), 'relay_id');
+    ev_col    text := coalesce(nullif(current_setting('outboxrelay.event_id_column', true), ''), 'event_id');
+    st_col    text := coalesce(nullif(current_setting('outboxrelay.status_column', true), ''), 'status');
+    ca_col    text := coalesce(nullif(current_setting('outboxrelay.created_at_column', true), ''), 'created_at');
+    pending   text := coalesce(nullif(current_setting('outboxrelay.status_pending', true), ''), 'pending');
+    published text := coalesce(nullif(current_setting('outboxrelay.status_published', true), ''), 'published');
+    failed    text := coalesce(nullif(current_setting('outboxrelay.status_failed', true), ''), 'failed');
+    ordering  text := coalesce(nullif(current_setting('outboxrelay.ordering', true), ''), 'none');
+    key_cols  text[] := string_to_array(replace(coalesce(nullif(current_setting('outboxrelay.ordering_key', true), ''), 'aggregate_type,aggregate_id'), ' ', ''), ',');
+    -- The trigger function. The migrations install the same text
+    -- (migrations/007_notify_listening.sql): an unchanged body is left
+    -- alone. TG_ARGV[0] is the channel; a second argument (the gate
+    -- sequence) says the trigger is gated: it notifies only while a relay
+    -- listens (holds the listen lock, 1868722811) and none is busy (holds
+    -- the gate lock, 1868722809). The trigger's WHEN clause makes the same
+    -- test first, so the function runs only when it will notify.
+    body      constant text := $body$
+BEGIN
+    IF TG_NARGS > 1 AND (pg_try_advisory_xact_lock_shared(1868722811, hashtext(TG_ARGV[0]))
+                         OR NOT pg_try_advisory_xact_lock_shared(1868722809, hashtext(TG_ARGV[0]))) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_notify(TG_ARGV[0], '');
+    RETURN NULL;
+END
+$body$;
     rel       regclass;
+    seq       regclass;
+    fn        regprocedure;
     col       record;
+    idx       record;
+    trg       record;
+    keep      name;
     id_type   regtype;
+    want      text;
+    name      text;
+    valid     boolean;
+    matches   text[];
+    ours      boolean;
+    ddl       text[] := '{}';
+    stmt      text;
+    gate_when text;
     enabled   "char";
 BEGIN
     IF tbl = '' THEN
         RAISE EXCEPTION 'outboxrelay: name the table: psql -v table=NAME -f outboxrelay_install.sql';
     END IF;
+    -- One installation at a time: the relay's start-up and outboxrelay
+    -- migrate take this lock (as a session lock) around their runs of this
+    -- block and the concurrent index builds that follow.
+    PERFORM pg_advisory_xact_lock(1868722809);
     rel := to_regclass(format('%I.%I', sch, tbl));
     IF rel IS NULL THEN
         RAISE EXCEPTION 'outboxrelay: table %.% does not exist', sch, tbl;
+    END IF;
+    IF ordering NOT IN ('none', 'aggregate') THEN
+        RAISE EXCEPTION 'outboxrelay: ordering %: want none or aggregate', ordering;
     END IF;
 
     SELECT atttypid::regtype INTO id_type
@@ -126,21 +177,6 @@ BEGIN
         END IF;
     END LOOP;
 
-    EXECUTE format('CREATE UNIQUE INDEX IF NOT EXISTS %I ON %s (%I)',
-        left(tbl, 40) || '_relay_id_idx', rel, id_col);
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (%I) WHERE %I = %L',
-        left(tbl, 40) || '_relay_pending_idx', rel, id_col, st_col, pending);
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (published_at) WHERE %I = %L',
-        left(tbl, 40) || '_relay_published_idx', rel, st_col, published);
-    EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (%I) WHERE %I = %L',
-        left(tbl, 40) || '_relay_failed_idx', rel, id_col, st_col, failed);
-
-    -- Ordered mode walks this index from aggregate to aggregate and along
-    -- each aggregate's events; only the rows that can hold an aggregate
-    -- back (pending and failed) are in it.
-    IF ordering NOT IN ('none', 'aggregate') THEN
-        RAISE EXCEPTION 'outboxrelay: ordering %: want none or aggregate', ordering;
-    END IF;
     IF ordering = 'aggregate' THEN
         IF cardinality(key_cols) = 0 OR '' = ANY (key_cols) THEN
             RAISE EXCEPTION 'outboxrelay: ordering_key %: want comma-separated column names', current_setting('outboxrelay.ordering_key');
@@ -150,48 +186,151 @@ BEGIN
                 RAISE EXCEPTION 'outboxrelay: ordering_key column %.% does not exist', tbl, key_cols[i];
             END IF;
         END LOOP;
-        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s (%s, %I) WHERE %I IN (%L, %L)',
-            left(tbl, 40) || '_relay_ordering_idx', rel,
-            (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
-            id_col, st_col, pending, failed);
     END IF;
 
-    -- The wake-up gate (see migrations/002_wakeup_gate.sql and
-    -- 005_gate_lock.sql): a busy relay holds an advisory lock that silences
-    -- NOTIFY; the trigger notifies when it can take the lock shared, or when
-    -- the gate is missing. The sequence is for triggers of earlier versions.
-    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS %I.%I MINVALUE 0 START 0', sch, tbl || '_wakeup');
-    PERFORM setval(format('%I.%I', sch, tbl || '_wakeup'), 0, true); -- open
-    EXECUTE format('COMMENT ON SEQUENCE %I.%I IS %L', sch, tbl || '_wakeup',
-        'outboxrelay wake-up gate: the outbox trigger skips NOTIFY until this time (ms since the epoch); 0 means always notify.');
-    EXECUTE format('GRANT SELECT ON SEQUENCE %I.%I TO PUBLIC', sch, tbl || '_wakeup');
+    -- Definitions are compared as PostgreSQL prints them, so an index or a
+    -- trigger built by the migrations or by an earlier run, under another
+    -- name, counts. The wanted ones are first built on an empty copy of the
+    -- table's columns, dropped at commit, and printed from there.
+    EXECUTE format('CREATE TEMP TABLE outboxrelay_probe (LIKE %s) ON COMMIT DROP', rel);
 
-    EXECUTE format($fn$
-        CREATE OR REPLACE FUNCTION %I.outboxrelay_notify() RETURNS trigger
-        LANGUAGE plpgsql AS $body$
-        BEGIN
-            IF TG_NARGS > 1 AND NOT pg_try_advisory_xact_lock_shared(1868722809, hashtext(TG_ARGV[0])) THEN
-                RETURN NULL;
-            END IF;
-            PERFORM pg_notify(TG_ARGV[0], '');
-            RETURN NULL;
-        END
-        $body$$fn$, sch);
-    -- The trigger tries the gate lock in its WHEN clause, so a closed gate
-    -- costs a producer that one failed try: no trigger event is queued and
-    -- the function is not called (migrations/006_gate_when.sql). Replacing
-    -- a trigger enables it; one the operator disabled, or enabled ALWAYS or
-    -- REPLICA, is put back so.
-    SELECT tgenabled INTO enabled FROM pg_trigger WHERE tgrelid = rel AND tgname = 'outboxrelay_notify';
-    EXECUTE format('CREATE OR REPLACE TRIGGER outboxrelay_notify AFTER INSERT ON %s FOR EACH STATEMENT '
-        'WHEN (pg_try_advisory_xact_lock_shared(1868722809, hashtext(%L))) EXECUTE FUNCTION %I.outboxrelay_notify(%L, %L)',
-        rel, chan, sch, chan, format('%I.%I', sch, tbl || '_wakeup'));
-    CASE enabled
-        WHEN 'D' THEN EXECUTE format('ALTER TABLE %s DISABLE TRIGGER outboxrelay_notify', rel);
-        WHEN 'A' THEN EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outboxrelay_notify', rel);
-        WHEN 'R' THEN EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER outboxrelay_notify', rel);
-        ELSE NULL;
-    END CASE;
+    -- The indexes: on the ordering column (unique), and partial ones on
+    -- what the relay claims, what cleanup deletes, the dead letters it
+    -- counts and, in ordered mode, the rows that can hold an aggregate back
+    -- (walked from aggregate to aggregate and along each one's events).
+    FOR idx IN
+        SELECT * FROM (VALUES
+            ('_relay_id_idx',        true,  format('(%I)', id_col)),
+            ('_relay_pending_idx',   false, format('(%I) WHERE %I = %L', id_col, st_col, pending)),
+            ('_relay_published_idx', false, format('(published_at) WHERE %I = %L', st_col, published)),
+            ('_relay_failed_idx',    false, format('(%I) WHERE %I = %L', id_col, st_col, failed)),
+            ('_relay_ordering_idx',  false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I IN (%L, %L)',
+                (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
+                id_col, st_col, pending, failed) END)
+        ) AS i (suffix, is_unique, definition)
+        WHERE definition IS NOT NULL
+    LOOP
+        EXECUTE format('CREATE %s INDEX outboxrelay_probe%s ON pg_temp.outboxrelay_probe %s',
+            CASE WHEN idx.is_unique THEN 'UNIQUE' ELSE '' END, idx.suffix, idx.definition);
+        want := substring(pg_get_indexdef(format('pg_temp.outboxrelay_probe%s', idx.suffix)::regclass) FROM ' USING .*$');
+        name := left(tbl, 40) || idx.suffix;
+        -- The indexes with the wanted definition (a unique one serves where
+        -- a plain one is wanted, not the other way round; a failed
+        -- concurrent build, invalid, serves nothing), this script's own
+        -- name first.
+        SELECT array_agg(i.indexrelid::regclass::text ORDER BY c.relname <> name, c.relname), coalesce(bool_or(c.relname = name), false)
+          INTO matches, ours
+          FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+         WHERE i.indrelid = rel AND i.indisvalid AND (i.indisunique OR NOT idx.is_unique)
+           AND substring(pg_get_indexdef(i.indexrelid) FROM ' USING .*$') = want;
+        IF cardinality(matches) > 1 AND ours THEN
+            -- Ours duplicates another one (an earlier version of this
+            -- script added it beside the migrations' own): every insert
+            -- pays for both.
+            ddl := ddl || format('DROP INDEX %s %s', '{concurrently}', matches[1]);
+            RAISE NOTICE 'outboxrelay: dropping index %, which duplicated %', matches[1], matches[2];
+        END IF;
+        CONTINUE WHEN matches IS NOT NULL;
+        SELECT i.indisvalid INTO valid FROM pg_index AS i WHERE i.indexrelid = to_regclass(format('%I.%I', sch, name));
+        IF valid THEN
+            RAISE EXCEPTION 'outboxrelay: index %.% exists with another definition than the relay needs (%): rename or drop it',
+                sch, name, idx.definition;
+        END IF;
+        IF valid IS NOT NULL THEN
+            ddl := ddl || format('DROP INDEX %s IF EXISTS %I.%I', '{concurrently}', sch, name);
+            RAISE NOTICE 'outboxrelay: dropping index %, whose concurrent build had failed', name;
+        END IF;
+        ddl := ddl || format('CREATE %s INDEX %s IF NOT EXISTS %I ON %s %s',
+            CASE WHEN idx.is_unique THEN 'UNIQUE' ELSE '' END, '{concurrently}', name, rel, idx.definition);
+        RAISE NOTICE 'outboxrelay: creating index %', name;
+    END LOOP;
+    -- The index statements run now, or, where the caller made the table
+    -- pg_temp.outboxrelay_deferred_indexes, after this transaction and
+    -- CONCURRENTLY, so that producers keep writing meanwhile (outboxrelay
+    -- migrate, and the relay's start-up, do that).
+    FOREACH stmt IN ARRAY ddl LOOP
+        IF to_regclass('pg_temp.outboxrelay_deferred_indexes') IS NOT NULL THEN
+            INSERT INTO pg_temp.outboxrelay_deferred_indexes (statement) VALUES (replace(stmt, '{concurrently}', 'CONCURRENTLY'));
+        ELSE
+            EXECUTE replace(stmt, '{concurrently}', '');
+        END IF;
+    END LOOP;
+
+    -- The gate sequence, which relays set for the triggers of earlier
+    -- versions; created open (0).
+    -- Its name is taken as written, as the relay takes --gate-sequence:
+    -- schema.name splits at the dot, and neither part is case-folded.
+    gate_seq := CASE
+        WHEN gate_seq = '' THEN format('%I.%I', sch, tbl || '_wakeup')
+        WHEN cardinality(string_to_array(gate_seq, '.')) = 1 THEN format('%I.%I', sch, gate_seq)
+        WHEN cardinality(string_to_array(gate_seq, '.')) = 2 THEN format('%I.%I', split_part(gate_seq, '.', 1), split_part(gate_seq, '.', 2))
+    END;
+    IF gate_seq IS NULL THEN
+        RAISE EXCEPTION 'outboxrelay: gate_sequence %: want name or schema.name', current_setting('outboxrelay.gate_sequence');
+    END IF;
+    seq := to_regclass(gate_seq);
+    IF seq IS NULL THEN
+        EXECUTE format('CREATE SEQUENCE %s MINVALUE 0 START 0', gate_seq);
+        seq := to_regclass(gate_seq);
+        PERFORM setval(seq, 0, true);
+        EXECUTE format('COMMENT ON SEQUENCE %s IS %L', seq,
+            'outboxrelay wake-up gate: the outbox trigger skips NOTIFY until this time (ms since the epoch); 0 means always notify.');
+        -- Every producer's trigger of an earlier version reads it.
+        EXECUTE format('GRANT SELECT ON SEQUENCE %s TO PUBLIC', seq);
+        RAISE NOTICE 'outboxrelay: created gate sequence %', seq;
+    END IF;
+    -- Named with its schema, so producers whose search_path differs find it.
+    gate_seq := format('%I.%I', (SELECT nspname FROM pg_namespace AS n JOIN pg_class AS c ON c.relnamespace = n.oid WHERE c.oid = seq),
+        (SELECT relname FROM pg_class WHERE oid = seq));
+
+    fn := to_regprocedure(format('%I.outboxrelay_notify()', sch));
+    IF fn IS NULL OR (SELECT prosrc FROM pg_proc WHERE oid = fn) IS DISTINCT FROM body THEN
+        EXECUTE format('CREATE OR REPLACE FUNCTION %I.outboxrelay_notify() RETURNS trigger LANGUAGE plpgsql AS %L', sch, body);
+        fn := to_regprocedure(format('%I.outboxrelay_notify()', sch));
+    END IF;
+
+    -- The trigger tries the listen lock, then the gate lock, in its WHEN
+    -- clause: while no relay listens, or one is busy, a producer pays that
+    -- and no trigger event is queued nor the function called
+    -- (migrations/006_gate_when.sql and 007_notify_listening.sql).
+    gate_when := format('NOT pg_try_advisory_xact_lock_shared(1868722811, hashtext(%L)) AND pg_try_advisory_xact_lock_shared(1868722809, hashtext(%L))',
+        chan, chan);
+    EXECUTE format('CREATE TRIGGER outboxrelay_probe AFTER INSERT ON pg_temp.outboxrelay_probe FOR EACH STATEMENT '
+        'WHEN (%s) EXECUTE FUNCTION %s(%L, %L)', gate_when, fn::regproc, chan, gate_seq);
+    SELECT substring(pg_get_triggerdef(oid) FROM ' FOR EACH .*$') INTO want
+      FROM pg_trigger WHERE tgrelid = 'pg_temp.outboxrelay_probe'::regclass;
+
+    -- One trigger on the table calls the function: the migrations'
+    -- outbox_notify if there is one, else this script's outboxrelay_notify,
+    -- else whichever comes first by name. It is replaced only where its
+    -- definition differs, keeping its name and enabled state (replacing a
+    -- trigger enables it); any other trigger calling the function is a
+    -- duplicate that would notify twice, and is dropped.
+    SELECT t.tgname INTO keep FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid
+     WHERE t.tgrelid = rel AND NOT t.tgisinternal AND p.proname = 'outboxrelay_notify'
+     ORDER BY t.tgname <> 'outbox_notify', t.tgname <> 'outboxrelay_notify', t.tgname LIMIT 1;
+    FOR trg IN
+        SELECT t.tgname, t.tgenabled, t.tgfoid, substring(pg_get_triggerdef(t.oid) FROM ' FOR EACH .*$') AS def
+          FROM pg_trigger AS t JOIN pg_proc AS p ON p.oid = t.tgfoid
+         WHERE t.tgrelid = rel AND NOT t.tgisinternal AND p.proname = 'outboxrelay_notify' AND t.tgname <> keep
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', trg.tgname, rel);
+        RAISE NOTICE 'outboxrelay: dropped trigger %, which duplicated %', trg.tgname, keep;
+    END LOOP;
+    keep := coalesce(keep, 'outboxrelay_notify');
+    SELECT t.tgenabled INTO enabled FROM pg_trigger AS t WHERE t.tgrelid = rel AND t.tgname = keep;
+    IF NOT FOUND OR (SELECT substring(pg_get_triggerdef(t.oid) FROM ' FOR EACH .*$') IS DISTINCT FROM want
+                       FROM pg_trigger AS t WHERE t.tgrelid = rel AND t.tgname = keep) THEN
+        EXECUTE format('CREATE OR REPLACE TRIGGER %I AFTER INSERT ON %s FOR EACH STATEMENT WHEN (%s) EXECUTE FUNCTION %s(%L, %L)',
+            keep, rel, gate_when, fn::regproc, chan, gate_seq);
+        CASE enabled
+            WHEN 'D' THEN EXECUTE format('ALTER TABLE %s DISABLE TRIGGER %I', rel, keep);
+            WHEN 'A' THEN EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', rel, keep);
+            WHEN 'R' THEN EXECUTE format('ALTER TABLE %s ENABLE REPLICA TRIGGER %I', rel, keep);
+            ELSE NULL;
+        END CASE;
+        RAISE NOTICE 'outboxrelay: trigger % notifies channel %', keep, chan;
+    END IF;
 END
 $install$;
 

@@ -32,7 +32,7 @@ type AdminFlags struct {
 
 // ChannelFlag is the relay's notification channel, as run has it.
 type ChannelFlag struct {
-	Channel string `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs (the relay's --channel)."`
+	Channel string `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs and the relay listens on."`
 }
 
 func (f ChannelFlag) check() error {

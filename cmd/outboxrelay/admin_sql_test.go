@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -67,8 +68,7 @@ func TestSQLCommandInstallsThroughPsql(t *testing.T) {
 	listener, err := pgx.Connect(ctx, viaCommand)
 	require.NoError(t, err)
 	defer listener.Close(context.Background())
-	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
-	require.NoError(t, err)
+	testkit.ListenAsRelay(t, listener, notify.ListenLockClass, channel)
 	var emitted emitOut
 	runJSON(t, adminEnv(viaCommand), &emitted, append([]string{"emit", "--table=shop." + table}, dropInFlags[1:]...)...)
 	require.Equal(t, int64(1), emitted.Inserted)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
@@ -116,6 +117,10 @@ func sessionConn(ctx context.Context, log *slog.Logger, rawURL, flag string) (*p
 		return nil, err
 	}
 	cfg.RuntimeParams["application_name"] = "outboxrelay-migrate"
+	// The install SQL says what it adds (a column, an index) as notices.
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		log.Info("database notice", "message", n.Message)
+	}
 	var conn *pgx.Conn
 	err = awaitPrimary(ctx, log, rawURL, func(ctx context.Context) (err error) {
 		connCtx, cancel := context.WithTimeout(ctx, 15*time.Second)

@@ -237,11 +237,12 @@ func TestRelayRunsAsLeastPrivilegeRole(t *testing.T) {
 	require.NotContains(t, p.Out.String(), `"level":"WARN"`, p.Out.String())
 }
 
-// The drop-in trigger tries the gate lock in its WHEN clause, as the
-// migrated one does: while a relay holds the gate closed an insert calls no
-// trigger function; once the gate opens, it does. Running the install
-// script again keeps a trigger the operator disabled disabled (replacing a
-// trigger enables it).
+// The drop-in trigger tries the listen lock and the gate lock in its WHEN
+// clause, as the migrated one does: while no relay listens, or a relay
+// holds the gate closed, an insert calls no trigger function; while a relay
+// listens and the gate is open, it does. Running the install script again
+// keeps a trigger the operator disabled disabled (replacing a trigger
+// enables it).
 func TestDropInTriggerCallsNothingThroughAClosedGate(t *testing.T) {
 	t.Parallel()
 	d := newDropInTable(t)
@@ -251,6 +252,13 @@ func TestDropInTriggerCallsNothingThroughAClosedGate(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = gate.Open(context.Background()) })
 	const insert = `INSERT INTO app_events (entity_type, entity_id, kind, body) VALUES ('order', '1', 'created', '{}')`
+
+	require.EqualValues(t, 0, testkit.TriggerCalls(t, d.Pool, insert), "with no relay listening, the drop-in trigger function ran")
+	listener, err := pgx.Connect(ctx, d.URL)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	testkit.ListenAsRelay(t, listener, notify.ListenLockClass, "outbox")
+	require.EqualValues(t, 1, testkit.TriggerCalls(t, d.Pool, insert), "a relay listening did not run the drop-in trigger function")
 
 	require.NoError(t, gate.Close(ctx))
 	testkit.WaitFor(t, 30*time.Second, "the gate lock to be granted", func() bool {

@@ -58,6 +58,11 @@ type opsParts struct {
 	pub      *publish.Publisher
 	ordered  bool
 	live     func() bool
+	// The table (as an identifier, and as the flag gives it) and the
+	// channel, whose trigger the table check looks at.
+	table     pgx.Identifier
+	tableName string
+	channel   string
 }
 
 // newOps builds the metrics and the checks and binds the HTTP address, so a
@@ -110,12 +115,17 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 			return nil
 		}},
 		// Catalog queries: every 15 s while they pass. A poll-only relay
-		// needs no trigger.
+		// needs no trigger; a listening one needs one that notifies its
+		// channel and tries its channel's locks.
 		health.Check{Name: "table", Every: tableCheckEvery, Run: func(ctx context.Context) error {
 			if err := p.store.Check(ctx); err != nil || p.listener == nil {
 				return err
 			}
-			return p.store.CheckTrigger(ctx)
+			ts, err := notify.InspectTriggers(ctx, p.pool, p.table)
+			if err != nil {
+				return err
+			}
+			return ts.Check(p.tableName, p.channel)
 		}},
 	)
 	o.monitor, err = health.New(health.Config{

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/publish"
 	"github.com/outboxrelay/outboxrelay/redact"
@@ -30,16 +29,14 @@ type RunCmd struct {
 	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest), or several separated by commas (a cluster's nodes), tried in turn at every connect."`
 	AMQPTLS
 	LogFlags
-	TableFlags
+	SchemaFlags
 	HTTPFlags
 
 	ListenerURL string `name:"listener-url" env:"OUTBOX_LISTENER_URL" help:"PostgreSQL URL of a session of its own for LISTEN, the migrations and the metrics sampler: a direct connection or a session-mode pool (default: --database-url). Naming another URL than --database-url says that --database-url goes through a transaction-mode pool (PgBouncer): the relay then keeps no session state on it."`
 	NoListen    bool   `name:"no-listen" env:"OUTBOX_NO_LISTEN" help:"Poll only, for setups with no session connection at all: no LISTEN, so events wait for the next poll (set --poll-interval to the latency you accept); --database-url is taken for a transaction-mode pool and the migrations must run separately (outboxrelay migrate on a direct URL)."`
 
-	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Apply the schema migrations before relaying (--no-migrate when the table comes from sql/outboxrelay_install.sql or migrations run separately)."`
-	Channel  string        `name:"channel" env:"OUTBOX_CHANNEL" default:"outbox" help:"Channel the outbox trigger NOTIFYs."`
-	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers always notify)."`
-	GateSeq  string        `name:"gate-sequence" env:"OUTBOX_GATE_SEQUENCE" help:"Sequence holding the notification gate, optionally schema-qualified (default: the table's name with _wakeup, in its schema)."`
+	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Before relaying, apply the schema migrations, which create the table outbox, and install the trigger for --channel and the index --ordering needs; a table of your own (another --table, or other columns or statuses) needs --no-migrate, once outboxrelay migrate or sql has set it up."`
+	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers notify while a relay listens)."`
 	BusyRate float64       `name:"busy-rate" env:"OUTBOX_BUSY_RATE" default:"2000" help:"Inserts per second above which the relay closes the gate and polls every --busy-poll-interval; it reopens below half of it. Producers queued on the NOTIFY lock close it below this rate too."`
 	BusyPoll time.Duration `name:"busy-poll-interval" env:"OUTBOX_BUSY_POLL_INTERVAL" default:"2ms" help:"How often a busy relay claims."`
 
@@ -172,6 +169,9 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if c.Migrate && !c.migrationsTable(cc) {
+		return notMigrationsTable(c.Table)
+	}
 	log := c.logger(stderr)
 	if c.SysmonAwake {
 		// Returns only where it did not re-execute the relay.
@@ -203,10 +203,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		_, err = migrations.Migrate(ctx, conn, log.With("component", "migrate"))
-		if err == nil && cc.Ordered() && c.Table == "outbox" {
-			err = migrations.EnsureOrderingIndex(ctx, conn, cc.WithDefaults().OrderingKey, log.With("component", "migrate"))
-		}
+		err = c.setupSchema(ctx, conn, log.With("component", "migrate"), cc)
 		conn.Close(context.WithoutCancel(ctx))
 		if err != nil {
 			return err
@@ -222,6 +219,14 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	cancel()
 	if err != nil {
 		return usagef("--table %s: %v", c.Table, err)
+	}
+	if !c.NoListen {
+		checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err = c.checkTrigger(checkCtx, pool, log, cc)
+		cancel()
+		if err != nil {
+			return err
+		}
 	}
 
 	tracer, propagator, stopTracing, err := tracing(ctx, log)
@@ -281,8 +286,10 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 
 	rc.Logger = log
 	var r *relay.Relay
+	table, _ := cc.TableIdentifier()
 	o, err := c.newOps(opsParts{pool: pool, store: store, listener: listener, session: session, pub: pub,
-		ordered: cc.Ordered(), live: func() bool { return r.Live() }}, log)
+		ordered: cc.Ordered(), live: func() bool { return r.Live() },
+		table: table, tableName: c.Table, channel: c.Channel}, log)
 	if err != nil {
 		return err
 	}
