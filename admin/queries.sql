@@ -94,9 +94,10 @@ WHERE {{.Status}} = $2
 RETURNING {{.ID}};
 
 -- name: notify
--- $1 the relay's channel. Sent in the requeue's transaction, so delivered
--- on its commit.
-SELECT pg_notify($1, '');
+-- $1 the relay's channel, $2 notify.RequeuePayload. Sent in the requeue's
+-- transaction, so delivered on its commit: the relays look again below
+-- their floor, where the requeued rows are.
+SELECT pg_notify($1, $2);
 
 -- name: emit
 -- $1 aggregate type, $2 aggregate id (NULL: the sequence number), $3 event

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/outboxrelay/notify"
 )
 
 // Selector chooses the dead-lettered events to requeue: exactly one of its
@@ -99,7 +100,7 @@ func (a *Admin) Requeue(ctx context.Context, sel Selector, opt RequeueOptions) (
 			if len(res.IDs) == 0 {
 				return nil
 			}
-			_, err = tx.Exec(ctx, a.q["notify"], cmp.Or(opt.Channel, "outbox"))
+			_, err = tx.Exec(ctx, a.q["notify"], cmp.Or(opt.Channel, "outbox"), notify.RequeuePayload)
 			return err
 		})
 		if err != nil {

@@ -50,6 +50,8 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	ordered := s.cfg.Ordering == OrderAggregate
 	if ordered {
 		args = append(args, s.cursor.Load(), s.depth.heads(limit))
+	} else {
+		args = append(args, s.floor.at.Load(), s.dueParked(limit))
 	}
 	rows, err := s.claimRows(ctx, published, args)
 	if err != nil {
@@ -117,6 +119,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 		s.eventSize.Store(avg)
 	}
 	sortByID(events)
+	s.unpark(events)
 	if len(firstBack) > 0 {
 		events, overflow = cutAfterOverflow(events, overflow, firstBack)
 	}

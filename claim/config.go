@@ -118,6 +118,16 @@ type Config struct {
 	// Jitter returns a number in [0, 1) for the retry jitter. Default
 	// math/rand/v2.Float64; tests may pin it.
 	Jitter func() float64
+	// Now is the store's clock, for when parked rows fall due (see
+	// Advance). Default time.Now; tests may pin it.
+	Now func() time.Time
+	// SweepInterval is how often Advance sweeps the pending index below
+	// the floor for rows that became pending there by other means than a
+	// relay's own (requeued by hand, say; Rescan sweeps at once). A sweep
+	// walks the index from its head, a range at a time: while a long
+	// transaction holds back vacuum it reads every row version left since.
+	// Default 10m; negative: only when asked.
+	SweepInterval time.Duration
 
 	// Ordering is OrderNone (default: events are claimed oldest first,
 	// whatever their aggregate) or OrderAggregate (each aggregate's events
@@ -212,6 +222,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.OrderedDeadLetter = cmp.Or(c.OrderedDeadLetter, DeadLetterBlock)
 	c.OrderedDesign = cmp.Or(c.OrderedDesign, DesignKeyscan)
+	c.SweepInterval = cmp.Or(c.SweepInterval, 10*time.Minute)
 	return c
 }
 

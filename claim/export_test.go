@@ -5,6 +5,7 @@ func Statements(s *Store) map[string]string {
 	return map[string]string{
 		"claim": s.q.claim, "mark_published": s.q.markPublished, "retry": s.q.retry,
 		"release": s.q.release, "extend": s.q.extend, "delete_published": s.q.deletePublished, "check": s.q.check,
+		"advance": s.q.advance, "parked": s.q.parked, "sweep": s.q.sweep,
 	}
 }
 

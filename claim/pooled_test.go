@@ -183,7 +183,7 @@ func TestPooledClaimPlanStaysOnTheIndex(t *testing.T) {
 
 	_, s := pooledStore(t, url, claim.Config{})
 	explain := "EXPLAIN (COSTS OFF) " + claim.Statements(s)["claim"]
-	args := []any{500, 30000, claim.LeaseID{}, 16 << 20}
+	args := []any{500, 30000, claim.LeaseID{}, 16 << 20, 0, []int64{}}
 	require.Contains(t, planOf(t, setup, explain, args...), "Bitmap", "the planner alone picks a bitmap scan")
 	plan := planOf(t, claim.DBOf(s), explain, args...)
 	require.Contains(t, plan, "Index Scan using outbox_pending_idx", plan)

@@ -5,12 +5,15 @@
 -- table instead of a hash join over all of it.
 
 -- name: claim
--- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget.
+-- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
+-- $5 the floor, $6 parked rows due (ids below the floor; floor.go).
 -- Rows are taken in id order while their payloads and headers, as stored
 -- (pg_column_size reads a TOASTed value's size without fetching it), fit
 -- in the budget; the first row is always taken. Stored sizes can be
 -- smaller than the text sent to the relay (compression), so Claim also
--- counts the text it receives and gives back what overflows.
+-- counts the text it receives and gives back what overflows. The pending
+-- index is walked from the floor, not from its head; the parked rows are
+-- read through the primary key.
 UPDATE {{.Table}} SET
     {{.AvailableAt}} = now() + $2 * interval '1 millisecond',
     {{.LeaseID}} = $3,
@@ -20,13 +23,19 @@ WHERE {{.ID}} = ANY (ARRAY (
         SELECT id, row_number() OVER w AS n,
             sum(pg_column_size(payload) + coalesce(pg_column_size(headers), 0)) OVER w AS upto
         FROM (
-            SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
-            WHERE {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now()
-            ORDER BY {{.ID}}
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED) AS locked
+            SELECT * FROM (
+                SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
+                WHERE {{.ID}} = ANY ($6::bigint[]) AND {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now()
+                FOR UPDATE SKIP LOCKED) AS parked
+            UNION ALL
+            SELECT * FROM (
+                SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
+                WHERE {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now() AND {{.ID}} > $5
+                ORDER BY {{.ID}}
+                LIMIT $1
+                FOR UPDATE SKIP LOCKED) AS fresh) AS locked
         WINDOW w AS (ORDER BY id)) AS sized
-    WHERE n = 1 OR upto <= $4))
+    WHERE n <= $1 AND (n = 1 OR upto <= $4)))
 RETURNING {{.ID}}, {{.EventID}}::text, {{.AggregateType}}::text, {{.AggregateID}}::text,
     {{.EventType}}::text, {{.Payload}}::text, {{.Headers}}::text, {{.Exchange}}::text,
     {{.RoutingKey}}::text, {{.CreatedAt}}::timestamptz, {{.Attempts}};
@@ -80,6 +89,30 @@ WHERE {{.ID}} = ANY (ARRAY (
       AND {{.PublishedAt}} < now() - $1 * interval '1 millisecond'
     LIMIT $2
     FOR UPDATE SKIP LOCKED));
+
+-- name: advance
+-- $1 the floor, $2 how many. The first pending rows above the floor, in id
+-- order: each one's lease, milliseconds until it is due (0 or less: due
+-- now) and, in ordered mode, its aggregate (floor.go).
+SELECT {{.ID}}, {{.LeaseID}}::text, extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000, {{keyText "t"}}
+FROM {{.Table}} AS t
+WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $1
+ORDER BY {{.ID}}
+LIMIT $2;
+
+-- name: parked
+-- $1 parked ids. Those still pending, with milliseconds until each is due,
+-- read through the primary key.
+SELECT {{.ID}}, extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000
+FROM {{.Table}}
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
+
+-- name: sweep
+-- $1, $2 an id range below the floor. Its pending rows, with milliseconds
+-- until each is due and, in ordered mode, its aggregate.
+SELECT {{.ID}}, extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000, {{keyText "t"}}
+FROM {{.Table}} AS t
+WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $1 AND {{.ID}} <= $2;
 
 -- name: check
 -- Proves the table and every mapped column exist, reading no row.

@@ -24,6 +24,7 @@ type queries struct {
 	claim, markPublished, retry, extend, release, deletePublished, check string
 	checkOrdering, sample                                                string
 	insertSequence, lastInsertID, notifyWaiters                          string
+	advance, parked, sweep                                               string
 }
 
 // render fills the templates of queries.sql and ordered.sql with cfg's
@@ -45,6 +46,14 @@ func render(cfg Config) (queries, error) {
 		data[col[0]] = pgx.Identifier{col[1]}.Sanitize()
 	}
 	funcs := keyFuncs(cfg.OrderingKey)
+	// keyText is a row's aggregate as text in ordered mode (as the ordered
+	// claim returns it), NULL otherwise.
+	funcs["keyText"] = func(alias string) string {
+		if cfg.Ordering != OrderAggregate {
+			return "NULL::text"
+		}
+		return "ROW(" + funcs["key"].(func(string) string)(alias) + ")::text"
+	}
 	funcs["size"] = func(alias string) string {
 		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0)",
 			alias, data["Payload"], data["Headers"])
@@ -78,6 +87,9 @@ func render(cfg Config) (queries, error) {
 		insertSequence:  named["insert_sequence"],
 		lastInsertID:    named["last_insert_id"],
 		notifyWaiters:   named["notify_waiters"],
+		advance:         named["advance"],
+		parked:          named["parked"],
+		sweep:           named["sweep"],
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]

@@ -57,6 +57,14 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (R
 	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
 		return RetryResult{}, fmt.Errorf("retry: %w", err)
 	}
+	// Those put back below the floor are parked, to be claimed when due.
+	var back []int64
+	for i, f := range failures {
+		if statuses[i] == s.cfg.Statuses.Pending {
+			back = append(back, f.ID)
+		}
+	}
+	s.park(back, res.Due, nil)
 	return res, nil
 }
 
@@ -109,6 +117,7 @@ func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64,
 	if err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
+	s.park(ids, make([]time.Duration, len(ids)), nil) // due at once
 	return tag.RowsAffected(), nil
 }
 

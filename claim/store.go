@@ -104,7 +104,10 @@ type Store struct {
 	sender batchSender
 	local  *LocalSettings
 	jitter func() float64
+	now    func() time.Time
 	q      queries
+	// floor is where claims start (floor.go).
+	floor floor
 	// eventSize is a running average of the bytes per event Claim has
 	// received, 0 before the first: a claim asks for no more events than
 	// MaxBatchBytes takes at that size.
@@ -133,7 +136,11 @@ func New(db DB, cfg Config) (*Store, error) {
 	if jitter == nil {
 		jitter = rand.Float64
 	}
-	s := &Store{db: db, cfg: cfg, jitter: jitter, q: q}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{db: db, cfg: cfg, jitter: jitter, now: now, q: q}
 	s.sender, _ = db.(batchSender)
 	if cfg.Pooled {
 		conn, ok := db.(Conn)

@@ -328,7 +328,7 @@ func TestClaimPlanStaysOnTheIndex(t *testing.T) {
 	tx, err := pool.Begin(context.Background())
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background())
-	plan := planOf(t, tx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{}, 16<<20)
+	plan := planOf(t, tx, "EXPLAIN (ANALYZE, BUFFERS) "+sql, 500, 30000, claim.LeaseID{}, 16<<20, 0, []int64{})
 	require.Contains(t, plan, "outbox_pending_idx", plan)
 	require.NotContains(t, plan, "Hash Join", plan)
 	require.NotContains(t, plan, "Seq Scan", plan)
@@ -345,7 +345,7 @@ func TestClaimSkipsDeadIndexEntriesOfPublishedRows(t *testing.T) {
 
 	pool, s := relayStore(t, url)
 	explain := func() string {
-		return planOf(t, pool, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{}, 16<<20)
+		return planOf(t, pool, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{}, 16<<20, 0, []int64{})
 	}
 	first := explain()
 	require.Contains(t, first, "Index Scan using outbox_pending_idx", first)
@@ -501,7 +501,10 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 	require.NoError(t, err)
 	const lease = "'00000000-0000-4000-8000-000000000000'"
 	args := map[string]string{
-		"claim":            "500, 30000, " + lease + ", 16777216",
+		"claim":            "500, 30000, " + lease + ", 16777216, 0, '{}'",
+		"advance":          "0, 256",
+		"parked":           "'{1,2}'",
+		"sweep":            "0, 50000",
 		"mark_published":   "'{1,2,3}'",
 		"release":          "'{1,2}', " + lease,
 		"extend":           "'{1,2}', " + lease + ", 30000",

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outboxrelay/outboxrelay/internal/lockkey"
+	tablewriters "github.com/outboxrelay/outboxrelay/internal/writers"
 )
 
 // GateLockClass is the first key of the advisory lock a busy relay holds
@@ -52,20 +53,12 @@ const (
 	// gateLockSQL: $1 the channel, $2 GateLockClass.
 	gateLockSQL    = `SELECT pg_advisory_xact_lock($2::int4, hashtext($1))`
 	gateRefreshSQL = `SELECT 1`
-	// gateWritersSQL lists the transactions that hold the table's ROW
-	// EXCLUSIVE lock: every producer with an insert in flight, from the
-	// start of its INSERT to its commit or rollback. $1 is the table; $2,
-	// if not null, keeps only the transactions it lists.
-	gateWritersSQL = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
-		WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND ($2::text[] IS NULL OR virtualtransaction = ANY ($2::text[]))`
 )
 
 // GateDB runs the gate's statements; a *pgxpool.Pool satisfies it.
 type GateDB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -186,7 +179,8 @@ func (g *Gate) waitWriters(ctx context.Context) error {
 	t := time.NewTimer(pause)
 	defer t.Stop()
 	for {
-		if err := g.db.QueryRow(ctx, gateWritersSQL, g.table, writers).Scan(&writers); err != nil {
+		var err error
+		if writers, err = tablewriters.Of(ctx, g.db, g.table, writers); err != nil {
 			return fmt.Errorf("producers in flight: %w", err)
 		}
 		if len(writers) == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	tablewriters "github.com/outboxrelay/outboxrelay/internal/writers"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -189,7 +190,7 @@ func gateWaiters(t *testing.T, pool *pgxpool.Pool) int64 {
 func openWaiting(t *testing.T, pool *pgxpool.Pool) bool {
 	t.Helper()
 	return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = $1`, gateWritersSQL) > 0
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query = $1`, tablewriters.SQL) > 0
 }
 
 // With the gate closed a producer pays one failed try of the gate lock: its

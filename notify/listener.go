@@ -29,6 +29,7 @@ type Listener struct {
 	log         *slog.Logger
 	wake        chan struct{}
 	signals     atomic.Uint64 // wake-ups signalled, see Signals
+	requeues    atomic.Uint64 // requeue notifications, see Requeues
 	running     atomic.Bool
 	// listening is set once LISTEN succeeds and cleared when the
 	// connection is lost or abandoned (see Connected).
@@ -99,6 +100,16 @@ func (l *Listener) C() <-chan struct{} { return l.wake }
 // look that finds nothing when notifications arrive together and C hands
 // each one to another waiting receiver.
 func (l *Listener) Signals() uint64 { return l.signals.Load() }
+
+// RequeuePayload is the payload of the notification outboxrelay requeue
+// sends: dead letters were put back to pending, which a relay claiming
+// above its floor (claim.Store.Advance) looks for below it. The trigger's
+// notifications carry none.
+const RequeuePayload = "requeue"
+
+// Requeues counts the notifications on Channel that carried
+// RequeuePayload, each counted before the wake-up it causes.
+func (l *Listener) Requeues() uint64 { return l.requeues.Load() }
 
 // Connected reports whether the listener is LISTENing on Channel now: set
 // once LISTEN succeeds, cleared as soon as the connection is found lost
@@ -335,7 +346,10 @@ func (s *session) logError(ctx context.Context, err error) {
 // listen lock.
 type channelHandler struct{ s *session }
 
-func (h channelHandler) HandleNotification(context.Context, *pgconn.Notification, *pgx.Conn) error {
+func (h channelHandler) HandleNotification(_ context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	if n.Payload == RequeuePayload {
+		h.s.l.requeues.Add(1) // before the wake-up, which finds it counted
+	}
 	h.s.l.signal()
 	h.s.l.notified.Add(1) // after the signal: a test that saw the count sees its wake-up
 	return nil

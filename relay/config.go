@@ -54,6 +54,15 @@ type Config struct {
 	// their lease expires. Negative marks every batch as soon as it is
 	// confirmed. Default 20ms.
 	MarkDelay time.Duration
+	// Floor, if set, keeps claims off the row versions a long transaction
+	// leaves in the pending index (*claim.Store has it; see
+	// claim.Store.Advance): the relay moves it every AdvanceInterval while
+	// it claims, and wakes to claim rows parked below it when they fall
+	// due. Default nil: claims walk the pending index from its head.
+	Floor Floor
+	// AdvanceInterval is how often the relay moves the Floor while it
+	// claims. Default 50ms.
+	AdvanceInterval time.Duration
 	// Gate, if set, lets the relay silence the outbox trigger's NOTIFY while
 	// it is busy claiming anyway (*notify.Gate has it). Default nil:
 	// producers always notify.
@@ -122,6 +131,7 @@ func (c Config) withDefaults() Config {
 	c.MarkDelay = cmp.Or(c.MarkDelay, 20*time.Millisecond)
 	c.BusyRate = cmp.Or(c.BusyRate, 2000)
 	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, 2*time.Millisecond)
+	c.AdvanceInterval = cmp.Or(c.AdvanceInterval, 50*time.Millisecond)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

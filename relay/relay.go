@@ -171,6 +171,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.cfg.Gate != nil {
 		loops.Go(func() { r.steer(workCtx, drainCtx) })
 	}
+	if r.cfg.Floor != nil {
+		loops.Go(func() { r.advance(workCtx) })
+	}
 	for range r.cfg.Workers {
 		loops.Go(func() { r.work(workCtx, drainCtx) })
 	}

@@ -284,6 +284,9 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		}
 	}
 
+	if !cc.Ordered() {
+		rc.Floor = store
+	}
 	rc.Logger = log
 	var r *relay.Relay
 	table, _ := cc.TableIdentifier()

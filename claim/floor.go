@@ -1,0 +1,437 @@
+package claim
+
+// The floor keeps claims off the dead rows a long transaction leaves behind.
+//
+// A claim walks the pending index in id order. Every row a relay publishes
+// leaves its pending version's index entry behind, and vacuum cannot remove
+// those entries while any transaction's snapshot may still see the row: a
+// pg_dump, a report, a session idle in transaction, a standby's query under
+// hot_standby_feedback. A claim from the head of the index walks every one
+// of them, so its cost grows with every event published since that
+// transaction began. Claims therefore start above a floor: every row at or
+// below it is settled (published, dead-lettered or deleted), or parked.
+//
+// The floor never passes the frontier, the highest id no open transaction
+// can still commit: ids come from the id column's sequence, taken by an
+// INSERT that holds the table's ROW EXCLUSIVE lock from before it takes the
+// id to its end. So the frontier moves to the sequence's last value, read
+// first, once every transaction writing to the table when it was read has
+// ended. A transaction that takes an id and commits minutes later holds the
+// frontier, and with it the floor, below its id until it does: its event is
+// claimed as soon as it is committed, however many later ones went first.
+//
+// Advance moves the floor up to the first pending row above it that a
+// claim may take, or that has not yet been pending for long. A row that
+// stays not due is parked and passed: a row backing off after a failed
+// publish at once, a leased one once its lease has held the floor for
+// parkAfter (its relay is slow, or died). The store remembers parked rows
+// with the time each falls due, and claims them by id, through the primary
+// key, when it does; a row it finds settled is forgotten.
+//
+// Rows that become pending again below the floor by other means (requeued
+// dead letters, rows reset by hand) are found by the sweep, which walks the
+// whole of the pending index below the floor, a bounded range at a time:
+// Rescan starts one, and so does every SweepInterval.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	tablewriters "github.com/outboxrelay/outboxrelay/internal/writers"
+)
+
+// Floor tuning.
+const (
+	// advanceRows is how many pending rows above the floor one advance
+	// looks at.
+	advanceRows = 256
+	// parkAfter is how long a leased row may hold the floor before it is
+	// parked: a live relay settles its batches in milliseconds.
+	parkAfter = time.Second
+	// sweepSpan is the id range one step of a sweep walks.
+	sweepSpan = 50000
+	// maxParked bounds the parked rows remembered; a row beyond it keeps
+	// the floor below it.
+	maxParked = 100000
+)
+
+// parkedRow is a row below the floor that was pending when last read.
+type parkedRow struct {
+	due time.Time // when it falls due, by the store's clock
+	key string    // its aggregate (ordered claims); "" otherwise
+}
+
+// floor is the store's floor, frontier and parked rows.
+type floor struct {
+	at atomic.Int64 // claims start above it
+
+	mu       sync.Mutex // Advance, and everything below
+	off      bool       // no frontier can be had: claims start at the head
+	frontier int64
+	round    struct { // the frontier's move in progress
+		active  bool
+		last    int64    // the sequence's last value when it began
+		writers []string // the transactions writing then, not yet ended
+	}
+	parked    map[int64]parkedRow
+	leases    map[string]time.Time // lease → when it was first seen holding the floor
+	sweep     int64                // where the sweep has walked to
+	sweepTo   int64                // where it stops; 0 when none runs
+	lastSweep time.Time            // when the last sweep began
+	lastCheck time.Time            // when the parked rows were last reread
+}
+
+// Floor reports where claims start: every row at or below it is settled or
+// parked.
+func (s *Store) Floor() int64 { return s.floor.at.Load() }
+
+// Parked reports how many rows below the floor are parked.
+func (s *Store) Parked() int {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	return len(s.floor.parked)
+}
+
+// ParkedDue returns how long until the earliest parked row falls due, and
+// false if none is parked.
+func (s *Store) ParkedDue() (time.Duration, bool) {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	if len(s.floor.parked) == 0 {
+		return 0, false
+	}
+	var first time.Time
+	for _, p := range s.floor.parked {
+		if first.IsZero() || p.due.Before(first) {
+			first = p.due
+		}
+	}
+	return max(first.Sub(s.now()), 0), true
+}
+
+// Unsettled reports whether Advance has work left that no claim brings:
+// parked rows to reread, a sweep under way, a frontier move to finish.
+func (s *Store) Unsettled() bool {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	return len(s.floor.parked) > 0 || s.floor.sweepTo > 0 || s.floor.round.active
+}
+
+// Rescan starts a sweep of the pending index below the floor, for rows
+// that became pending there by other means than a relay's own (requeued
+// dead letters, rows reset by hand); Advance takes it a step at a time.
+func (s *Store) Rescan() {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	s.startSweep()
+}
+
+// startSweep begins a sweep up to the floor. Called with mu held.
+func (s *Store) startSweep() {
+	s.floor.sweep, s.floor.sweepTo = 0, s.floor.at.Load()
+	s.floor.lastSweep = s.now()
+}
+
+// dueParked returns the parked rows due now, at most limit, for a claim.
+func (s *Store) dueParked(limit int) []int64 {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	if len(s.floor.parked) == 0 {
+		return nil
+	}
+	now := s.now()
+	var ids []int64
+	for id, p := range s.floor.parked {
+		if !p.due.After(now) {
+			ids = append(ids, id)
+			// Until a claim or a check says otherwise, look again in a
+			// while, not at every claim (it may be leased elsewhere).
+			p.due = now.Add(parkRecheck)
+			s.floor.parked[id] = p
+			if len(ids) == limit {
+				break
+			}
+		}
+	}
+	return ids
+}
+
+// parkRecheck is how soon a parked row that was due but not claimed is
+// looked at again: another relay may hold it, or its time may not have
+// come by the database's clock. parkCheckEvery is how often Advance
+// rereads the parked rows.
+const (
+	parkRecheck    = 100 * time.Millisecond
+	parkCheckEvery = time.Second
+)
+
+// unpark forgets parked rows a claim took.
+func (s *Store) unpark(events []Event) {
+	if s.floor.at.Load() == 0 {
+		return
+	}
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	for _, e := range events {
+		delete(s.floor.parked, e.ID)
+	}
+}
+
+// park remembers rows put back below the floor (retried, or released) and
+// when they fall due.
+func (s *Store) park(ids []int64, due []time.Duration, keys []string) {
+	floor := s.floor.at.Load()
+	if floor == 0 {
+		return
+	}
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	now := s.now()
+	for i, id := range ids {
+		if id > floor {
+			continue
+		}
+		if s.floor.parked == nil {
+			s.floor.parked = map[int64]parkedRow{}
+		}
+		p := parkedRow{due: now.Add(due[i])}
+		if keys != nil {
+			p.key = keys[i]
+		}
+		s.floor.parked[id] = p
+	}
+}
+
+// ErrNoFrontier is Advance's error when the frontier cannot be had: the id
+// column owns no sequence, or the role may not read it (see LastInsertID).
+// Claims then walk the pending index from its head, as they must.
+var ErrNoFrontier = errors.New("no frontier")
+
+// Advance moves the frontier and the floor as far as they may go, and
+// takes a step of a sweep if one runs. One call runs at a time; a call
+// made while another runs returns at once. A relay calls it a few times a
+// second while it claims.
+func (s *Store) Advance(ctx context.Context) error {
+	f := &s.floor
+	if !f.mu.TryLock() {
+		return nil
+	}
+	defer f.mu.Unlock()
+	if f.off {
+		return ErrNoFrontier
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
+	defer cancel()
+	if err := s.moveFrontier(ctx); err != nil {
+		if errors.Is(err, ErrInsertsUnreadable) {
+			f.off = true
+			f.at.Store(0)
+			return fmt.Errorf("advance: %w: %w", ErrNoFrontier, err)
+		}
+		return fmt.Errorf("advance: %w", err)
+	}
+	if s.now().Sub(f.lastCheck) >= parkCheckEvery {
+		if err := s.checkParked(ctx); err != nil {
+			return fmt.Errorf("advance: %w", err)
+		}
+		f.lastCheck = s.now()
+	}
+	if err := s.raiseFloor(ctx); err != nil {
+		return fmt.Errorf("advance: %w", err)
+	}
+	if f.sweepTo == 0 && s.cfg.SweepInterval > 0 && s.now().Sub(f.lastSweep) >= s.cfg.SweepInterval {
+		s.startSweep()
+	}
+	if err := s.sweepStep(ctx); err != nil {
+		return fmt.Errorf("advance: sweep: %w", err)
+	}
+	return nil
+}
+
+// moveFrontier ends the frontier's move in progress if its writers have
+// all ended, and begins the next one.
+func (s *Store) moveFrontier(ctx context.Context) error {
+	f := &s.floor
+	if f.round.active {
+		left, err := tablewriters.Of(ctx, s.db, s.q.table, f.round.writers)
+		if err != nil {
+			return err
+		}
+		if len(left) > 0 {
+			f.round.writers = left
+			return nil
+		}
+		f.frontier, f.round.active = f.round.last, false
+	}
+	// The sequence first, then the writers: a transaction that took an id
+	// up to last holds the table's lock already, or has ended.
+	last, err := s.LastInsertID(ctx)
+	if err != nil {
+		return err
+	}
+	if last < f.frontier {
+		// The sequence went back (restarted, the table emptied): ids at
+		// or below the floor are handed out again.
+		f.frontier = 0
+		f.at.Store(0)
+		clear(f.parked)
+	}
+	writing, err := tablewriters.Of(ctx, s.db, s.q.table, nil)
+	if err != nil {
+		return err
+	}
+	if len(writing) == 0 {
+		f.frontier = last
+		return nil
+	}
+	f.round.active, f.round.last, f.round.writers = true, last, writing
+	return nil
+}
+
+// raiseFloor moves the floor past the settled rows above it and the
+// pending rows it parks, up to the frontier.
+func (s *Store) raiseFloor(ctx context.Context) error {
+	f := &s.floor
+	at := f.at.Load()
+	if at >= f.frontier {
+		return nil
+	}
+	rows, err := s.db.Query(ctx, s.q.advance, at, advanceRows)
+	if err != nil {
+		return err
+	}
+	type head struct {
+		id    int64
+		lease pgtype.Text
+		dueMS float64 // until it is due; 0 or less: due now
+		key   pgtype.Text
+	}
+	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (h head, err error) {
+		return h, r.Scan(&h.id, &h.lease, &h.dueMS, &h.key)
+	})
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	seen := map[string]time.Time{}
+	// With nothing pending up to the frontier, the floor goes there; a row
+	// that stops it keeps the floor just below it.
+	to, stopped := f.frontier, false
+	for _, h := range heads {
+		if h.id > f.frontier {
+			stopped = true
+			break
+		}
+		park := false
+		switch {
+		case h.dueMS <= 0:
+			// Claimable: a claim takes it.
+		case !h.lease.Valid:
+			park = true // backing off after a failed publish
+		default:
+			first, ok := f.leases[h.lease.String]
+			if !ok {
+				first = now
+			}
+			seen[h.lease.String] = first
+			park = now.Sub(first) >= parkAfter
+		}
+		if !park || len(f.parked) >= maxParked {
+			to, stopped = h.id-1, true
+			break
+		}
+		if f.parked == nil {
+			f.parked = map[int64]parkedRow{}
+		}
+		f.parked[h.id] = parkedRow{due: now.Add(time.Duration(h.dueMS * float64(time.Millisecond))), key: h.key.String}
+	}
+	if !stopped && len(heads) == advanceRows {
+		to = heads[len(heads)-1].id // every row looked at was parked: more may follow
+	}
+	f.leases = seen
+	if to > at {
+		f.at.Store(to)
+	}
+	return nil
+}
+
+// checkParked rereads the parked rows: one settled (or gone) is forgotten,
+// one put back (retried, released) gets its new due time.
+func (s *Store) checkParked(ctx context.Context) error {
+	f := &s.floor
+	if len(f.parked) == 0 {
+		return nil
+	}
+	ids := slices.Collect(maps.Keys(f.parked))
+	rows, err := s.db.Query(ctx, s.q.parked, ids)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		id    int64
+		dueMS float64
+	}
+	pending, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (r row, err error) {
+		return r, cr.Scan(&r.id, &r.dueMS)
+	})
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	kept := make(map[int64]parkedRow, len(pending))
+	for _, r := range pending {
+		p := f.parked[r.id]
+		p.due = now.Add(time.Duration(max(r.dueMS, 0) * float64(time.Millisecond)))
+		kept[r.id] = p
+	}
+	f.parked = kept
+	return nil
+}
+
+// sweepStep walks the next range of the pending index below the floor and
+// parks what it finds pending there.
+func (s *Store) sweepStep(ctx context.Context) error {
+	f := &s.floor
+	if f.sweepTo == 0 {
+		return nil // none runs
+	}
+	to := min(f.sweep+sweepSpan, f.sweepTo)
+	rows, err := s.db.Query(ctx, s.q.sweep, f.sweep, to)
+	if err != nil {
+		return err
+	}
+	type row struct {
+		id    int64
+		dueMS float64
+		key   pgtype.Text
+	}
+	found, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (r row, err error) {
+		return r, cr.Scan(&r.id, &r.dueMS, &r.key)
+	})
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for _, r := range found {
+		if f.parked == nil {
+			f.parked = map[int64]parkedRow{}
+		}
+		if len(f.parked) < maxParked {
+			f.parked[r.id] = parkedRow{due: now.Add(time.Duration(max(r.dueMS, 0) * float64(time.Millisecond))), key: r.key.String}
+		}
+	}
+	f.sweep = to
+	if f.sweep >= f.sweepTo {
+		f.sweep, f.sweepTo = 0, 0
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/testkit"
+)
+
+// publishAll claims and marks every claimable event, as a relay would.
+func publishAll(t *testing.T, s *claim.Store) (n int) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		b, err := s.Claim(ctx, 500)
+		require.NoError(t, err)
+		if len(b.Events) == 0 {
+			return n
+		}
+		ids := make([]int64, len(b.Events))
+		for i, e := range b.Events {
+			ids[i] = e.ID
+		}
+		_, err = s.MarkPublished(ctx, ids)
+		require.NoError(t, err)
+		n += len(ids)
+	}
+}
+
+// advanceTo calls Advance until the floor reaches want (its frontier
+// needs the writers it saw to end, which takes another call).
+func advanceTo(t *testing.T, s *claim.Store, want int64) {
+	t.Helper()
+	testkit.WaitFor(t, 10*time.Second, "the floor to rise", func() bool {
+		require.NoError(t, s.Advance(context.Background()))
+		return s.Floor() >= want
+	})
+	require.Equal(t, want, s.Floor())
+}
+
+// pin holds back vacuum's horizon as a pg_dump would: a REPEATABLE READ
+// transaction that has read the outbox, open until the test ends.
+func pin(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	_, err = tx.Exec(context.Background(), "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	require.NoError(t, err)
+	_, err = tx.Exec(context.Background(), "SELECT count(*) FROM outbox")
+	require.NoError(t, err)
+}
+
+// With vacuum held back, a claim from the head of the pending index reads
+// the entries of every row published since; from the floor, which Advance
+// moves past them, it reads a handful of pages, whatever was published.
+func TestClaimFromTheFloorSkipsPublishedRowsVacuumCannotRemove(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	testkit.Exec(t, pool, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	pin(t, pool)
+	for range 10 {
+		testkit.InsertEvents(t, pool, 1000)
+		publishAll(t, s)
+	}
+	advanceTo(t, s, 10000)
+	testkit.InsertEvents(t, pool, 1)
+
+	explain := "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claim.Statements(s)["claim"]
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // only plans
+	fromHead := buffers(t, planOf(t, tx, explain, 500, 30000, claim.LeaseID{}, 16<<20, 0, []int64{}))
+	fromFloor := buffers(t, planOf(t, tx, explain, 500, 30000, claim.LeaseID{}, 16<<20, s.Floor(), []int64{}))
+	t.Logf("buffers read by a claim: %d from the head, %d from the floor", fromHead, fromFloor)
+	require.Greater(t, fromHead, 300, "from the head, the claim reads the dead rows' pages")
+	require.Less(t, fromFloor, 30, "from the floor, it reads none of them")
+}
+
+// A producer that took an id and has not committed holds the frontier, and
+// the floor, below that id, however many later events are published: once
+// it commits, the next claim takes its event.
+func TestFloorWaitsForAnOpenProducer(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	late, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer late.Rollback(context.Background()) //nolint:errcheck // committed below
+	testkit.InsertEvents(t, pool, 10)
+	_, err = late.Exec(context.Background(), `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'late', 'created', '{}')`)
+	require.NoError(t, err)
+	for range 5 {
+		testkit.InsertEvents(t, pool, 1000)
+		publishAll(t, s)
+	}
+	for range 20 {
+		require.NoError(t, s.Advance(context.Background()))
+	}
+	require.Less(t, s.Floor(), int64(11), "the floor passed the open producer's id")
+
+	require.NoError(t, late.Commit(context.Background()))
+	b, err := s.Claim(context.Background(), 500)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 1)
+	require.Equal(t, "late", b.Events[0].AggregateID)
+	advanceTo(t, s, 5011)
+}
+
+// A row whose publish failed backs off below the floor: it is parked, and
+// a claim takes it by its id once its retry is due, though the floor went
+// past it.
+func TestRetriedRowBelowTheFloorIsClaimedWhenDue(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{RetryMin: 500 * time.Millisecond, RetryMax: 500 * time.Millisecond, Jitter: func() float64 { return 0.5 }})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.InsertEvents(t, pool, 1)
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 1)
+	failed := b.Events[0].ID
+	_, err = s.Retry(ctx, b.Lease, []claim.Failure{{ID: failed, Attempts: 1, Err: context.DeadlineExceeded}})
+	require.NoError(t, err)
+	testkit.InsertEvents(t, pool, 100)
+	require.Equal(t, 100, publishAll(t, s))
+	advanceTo(t, s, 101)
+	require.Equal(t, 1, s.Parked())
+
+	testkit.WaitFor(t, 10*time.Second, "the retried row claimed when due", func() bool {
+		require.NoError(t, s.Advance(ctx))
+		b, err := s.Claim(ctx, 10)
+		require.NoError(t, err)
+		return len(b.Events) == 1 && b.Events[0].ID == failed
+	})
+	require.Zero(t, s.Parked())
+}
+
+// A claimer that dies leaves its rows leased: the floor waits a moment for
+// it, then parks them and goes on; another store's claim takes them once
+// their lease has expired.
+func TestLeasedRowsOfADeadClaimerAreClaimedAfterTheirLease(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	dead, err := claim.New(pool, claim.Config{Lease: 2 * time.Second})
+	require.NoError(t, err)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.InsertEvents(t, pool, 5)
+	b, err := dead.Claim(ctx, 5)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 5) // and never marked: its relay was killed
+	testkit.InsertEvents(t, pool, 100)
+	require.Equal(t, 100, publishAll(t, s))
+	advanceTo(t, s, 105) // past the leased rows, once they held it for a second
+	require.Equal(t, 5, s.Parked())
+
+	got := map[int64]bool{}
+	testkit.WaitFor(t, 20*time.Second, "the dead claimer's rows claimed after their lease", func() bool {
+		require.NoError(t, s.Advance(ctx))
+		b, err := s.Claim(ctx, 10)
+		require.NoError(t, err)
+		for _, e := range b.Events {
+			got[e.ID] = true
+		}
+		return len(got) == 5
+	})
+	for _, e := range b.Events {
+		require.True(t, got[e.ID], e.ID)
+	}
+}
+
+// Dead letters requeued by hand are pending again below the floor, where
+// claims do not look: a rescan sweeps below the floor and parks them, and
+// the next claim takes them.
+func TestRescanFindsRowsRequeuedBelowTheFloor(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{SweepInterval: -1})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.InsertEvents(t, pool, 100)
+	testkit.Exec(t, pool, `UPDATE outbox SET status = 'failed' WHERE id IN (7, 42)`)
+	require.Equal(t, 98, publishAll(t, s))
+	advanceTo(t, s, 100)
+	testkit.Exec(t, pool, `UPDATE outbox SET status = 'pending', attempts = 0 WHERE status = 'failed'`)
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, b.Events, "claims look above the floor only")
+
+	s.Rescan()
+	require.NoError(t, s.Advance(ctx))
+	require.Equal(t, 2, s.Parked())
+	b, err = s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 2)
+	require.Equal(t, []int64{7, 42}, []int64{b.Events[0].ID, b.Events[1].ID})
+}
+
+// A sequence that goes back (the table emptied and its identity
+// restarted) hands out ids at or below the floor again: the floor starts
+// over.
+func TestFloorStartsOverWhenTheSequenceGoesBack(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	testkit.InsertEvents(t, pool, 100)
+	publishAll(t, s)
+	advanceTo(t, s, 100)
+	testkit.Exec(t, pool, `TRUNCATE outbox RESTART IDENTITY`)
+	testkit.InsertEvents(t, pool, 3)
+	require.NoError(t, s.Advance(context.Background()))
+	require.Zero(t, s.Floor())
+	require.Equal(t, 3, publishAll(t, s))
+}

@@ -1,0 +1,45 @@
+// Package writers finds the transactions writing to a table: every
+// transaction that holds the table's ROW EXCLUSIVE lock, which an INSERT,
+// UPDATE or DELETE takes when it starts (before it evaluates a default
+// such as the id's nextval) and keeps to its transaction's end. The gate
+// waits for them when it opens, and the claim store before it moves its
+// frontier: once the writers seen at some moment have all ended, every
+// row they wrote is committed (and visible to a new snapshot) or rolled
+// back.
+package writers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier runs a query; a *pgxpool.Pool and a *pgx.Conn have it.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// SQL lists the virtual transaction ids holding the table's ROW
+// EXCLUSIVE lock in the current database. $1 is the table (regclass text);
+// $2, if not null, keeps only the transactions it lists. pg_locks is
+// readable by every role.
+const SQL = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+	WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
+	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	  AND ($2::text[] IS NULL OR virtualtransaction = ANY ($2::text[]))`
+
+// Of returns the transactions writing to table now; with among non-nil,
+// only those of among still writing. table is a quoted, optionally
+// schema-qualified name.
+func Of(ctx context.Context, db Querier, table string, among []string) ([]string, error) {
+	rows, err := db.Query(ctx, SQL, table, among)
+	var out []string
+	if err == nil {
+		out, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[[]string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writers of %s: %w", table, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,76 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+)
+
+// Floor moves where claims start; *claim.Store has it (see
+// claim.Store.Advance).
+type Floor interface {
+	// Advance moves the floor as far as it may go.
+	Advance(ctx context.Context) error
+	// Unsettled reports whether Advance has work left that no claim will
+	// bring (parked rows to reread, a sweep under way, a frontier to move).
+	Unsettled() bool
+	// ParkedDue is how long until the earliest parked row falls due, and
+	// whether any is parked.
+	ParkedDue() (time.Duration, bool)
+	// Rescan sweeps below the floor for rows made pending there by other
+	// means than a relay's own.
+	Rescan()
+}
+
+// requeueSignals is what the listener (*notify.Listener) tells of requeue
+// notifications: dead letters put back, below the floor.
+type requeueSignals interface {
+	Requeues() uint64
+}
+
+// advance moves the Floor every AdvanceInterval while the relay claims or
+// the floor has work left, asks the poll loop to wake the workers when
+// parked rows fall due, and has the floor rescanned after a requeue.
+func (r *Relay) advance(ctx context.Context) {
+	f := r.cfg.Floor
+	requeues, _ := r.listener.(requeueSignals)
+	var seen int64 = -1 // the highest id claimed at the last advance
+	var requeued uint64
+	if requeues != nil {
+		requeued = requeues.Requeues()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.cfg.Clock.After(r.cfg.AdvanceInterval):
+		}
+		if requeues != nil {
+			if n := requeues.Requeues(); n != requeued {
+				requeued = n
+				f.Rescan()
+			}
+		}
+		claimed := r.meter.maxID.Load()
+		if claimed == seen && !f.Unsettled() {
+			continue // idle: nothing moved
+		}
+		seen = claimed
+		err := f.Advance(ctx)
+		switch {
+		case errors.Is(err, claim.ErrNoFrontier):
+			r.log.Info("claims start at the head of the pending index", "err", err)
+			return
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("moving the claims' floor failed", "err", err)
+		}
+		if d, ok := f.ParkedDue(); ok {
+			select {
+			case r.retryDue <- d:
+			default:
+			}
+		}
+	}
+}
