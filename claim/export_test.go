@@ -1,5 +1,7 @@
 package claim
 
+import "time"
+
 // Statements exposes the rendered statements to tests (plan checks).
 func Statements(s *Store) map[string]string {
 	return map[string]string{
@@ -12,3 +14,10 @@ func Statements(s *Store) map[string]string {
 // DBOf is the connection the store runs its statements on: the pool, or
 // the pool wrapped in LocalSettings when the store is pooled.
 func DBOf(s *Store) DB { return s.db }
+
+// CleanupFrom is where the store's next cleanup starts (DeletePublished).
+func CleanupFrom(s *Store) time.Time {
+	s.cleanupMu.Lock()
+	defer s.cleanupMu.Unlock()
+	return s.cleanupFrom
+}

@@ -118,6 +118,14 @@ func (s *Store) ParkedDue() (time.Duration, bool) {
 	return max(first.Sub(s.now()), 0), true
 }
 
+// floorAndParked returns the floor and the parked rows' ids, read
+// together.
+func (s *Store) floorAndParked() (int64, []int64) {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	return s.floor.at.Load(), slices.Collect(maps.Keys(s.floor.parked))
+}
+
 // Unsettled reports whether Advance has work left that no claim brings:
 // parked rows to reread, a sweep under way, a frontier move to finish.
 func (s *Store) Unsettled() bool {

@@ -224,3 +224,64 @@ func TestFloorStartsOverWhenTheSequenceGoesBack(t *testing.T) {
 	require.Zero(t, s.Floor())
 	require.Equal(t, 3, publishAll(t, s))
 }
+
+// The table's gauges count what is pending without reading below the
+// floor: the parked rows through the primary key, the rest above the
+// floor; the oldest pending event may be a parked one.
+func TestSampleCountsThePendingRowsAboveTheFloorAndParked(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{RetryMin: time.Hour, RetryMax: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+		VALUES ('order', 'old', 'created', '{}', now() - interval '1 hour')`)
+	b, err := s.Claim(ctx, 1)
+	require.NoError(t, err)
+	_, err = s.Retry(ctx, b.Lease, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: context.Canceled}})
+	require.NoError(t, err)
+	testkit.InsertEvents(t, pool, 100)
+	publishAll(t, s)
+	advanceTo(t, s, 101)
+	require.Equal(t, 1, s.Parked())
+	testkit.InsertEvents(t, pool, 5)
+
+	got, err := s.Sample(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), got.Pending, "five above the floor, one parked")
+	require.Greater(t, got.OldestPending, 59*time.Minute, "the parked row is the oldest")
+}
+
+// Cleanup starts where it got to: rows it deleted earlier leave index
+// entries vacuum cannot remove while a long transaction may see them, and
+// the next pass reads none of them.
+func TestCleanupStartsWhereItGotTo(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	testkit.Exec(t, pool, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	pin(t, pool)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, published_at)
+		SELECT 'order', i::text, 'created', '{}', 'published', now() - interval '2 days' + i * interval '1 second'
+		FROM generate_series(1, 20000) AS i`)
+	var total int64
+	for {
+		n, err := s.DeletePublished(context.Background(), 24*time.Hour, 1000)
+		require.NoError(t, err)
+		total += n
+		if n < 1000 {
+			break
+		}
+	}
+	require.Equal(t, int64(20000), total)
+
+	explain := "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claim.Statements(s)["delete_published"]
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // only plans
+	fromStart := buffers(t, planOf(t, tx, explain, 86400000, 1000, time.Time{}))
+	fromCursor := buffers(t, planOf(t, tx, explain, 86400000, 1000, claim.CleanupFrom(s)))
+	t.Logf("buffers read by cleanup: %d from the oldest row, %d from where it got to", fromStart, fromCursor)
+	require.Greater(t, fromStart, 20*fromCursor)
+}

@@ -81,14 +81,23 @@ UPDATE {{.Table}} SET
 WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND {{.Status}} = {{.Pending}};
 
 -- name: delete_published
--- $1 retention in milliseconds, $2 batch size.
-DELETE FROM {{.Table}}
-WHERE {{.ID}} = ANY (ARRAY (
-    SELECT {{.ID}} FROM {{.Table}}
-    WHERE {{.Status}} = {{.Published}}
-      AND {{.PublishedAt}} < now() - $1 * interval '1 millisecond'
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED));
+-- $1 retention in milliseconds, $2 batch size, $3 where to start: the
+-- published_at cleanup has reached, so that a pass does not walk again the
+-- index entries of the rows earlier passes deleted, which vacuum cannot
+-- remove while a long transaction may still see them. Returns how many
+-- rows it deleted and the latest published_at among them.
+WITH gone AS (
+    DELETE FROM {{.Table}}
+    WHERE {{.ID}} = ANY (ARRAY (
+        SELECT {{.ID}} FROM {{.Table}}
+        WHERE {{.Status}} = {{.Published}}
+          AND {{.PublishedAt}} >= $3
+          AND {{.PublishedAt}} < now() - $1 * interval '1 millisecond'
+        ORDER BY {{.PublishedAt}}
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED))
+    RETURNING {{.PublishedAt}} AS at)
+SELECT count(*), max(at) FROM gone;
 
 -- name: advance
 -- $1 the floor, $2 how many. The first pending rows above the floor, in id
@@ -123,21 +132,28 @@ FROM {{.Table}} LIMIT 0;
 
 -- name: sample
 -- $1 the table (regclass text); $2 whether dead-lettered events block
--- their aggregates (ordered mode under the block policy). The table's
--- gauges in one statement, so one snapshot: pending and failed rows are
--- counted through their partial indexes (the backlog and the dead letters,
--- not the table), the oldest pending event is the head of the pending
--- index, the planner's row count (refreshed by autovacuum and ANALYZE)
--- stands for the whole table, and the blocked aggregates are read through
--- the failed index only when $2 holds (the subquery is an InitPlan,
--- evaluated only when the CASE reaches it).
+-- their aggregates (ordered mode under the block policy); $3 the floor;
+-- $4 the parked rows (floor.go). The table's gauges in one statement, so
+-- one snapshot: pending rows are counted above the floor, through the
+-- pending index, and below it among the parked rows, through the primary
+-- key (every pending row below the floor is parked), so the count reads
+-- none of the index entries a long transaction keeps vacuum from removing;
+-- failed rows are counted through their partial index; the oldest pending
+-- event is the first parked row or else the first row above the floor;
+-- the planner's row count (refreshed by autovacuum and ANALYZE) stands for
+-- the whole table; and the blocked aggregates are read through the failed
+-- index only when $2 holds (the subquery is an InitPlan, evaluated only
+-- when the CASE reaches it).
 SELECT
-    (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Pending}}),
+    (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3)
+        + (SELECT count(*) FROM {{.Table}} WHERE {{.ID}} = ANY ($4::bigint[]) AND {{.Status}} = {{.Pending}}),
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Failed}}),
     (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass),
-    coalesce(extract(epoch FROM clock_timestamp() - (
-        SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
-        WHERE {{.Status}} = {{.Pending}} ORDER BY {{.ID}} LIMIT 1)), 0)::float8,
+    coalesce(extract(epoch FROM clock_timestamp() - coalesce(
+        (SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
+         WHERE {{.ID}} = ANY ($4::bigint[]) AND {{.Status}} = {{.Pending}} ORDER BY {{.ID}} LIMIT 1),
+        (SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
+         WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3 ORDER BY {{.ID}} LIMIT 1))), 0)::float8,
     CASE WHEN $2::bool THEN (SELECT count(*) FROM (
         SELECT DISTINCT {{key "o"}} FROM {{.Table}} AS o WHERE o.{{.Status}} = {{.Failed}}) AS blocked)
     ELSE 0 END;

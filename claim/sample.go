@@ -40,7 +40,8 @@ func (s *Store) Sample(ctx context.Context, db DB) (Sample, error) {
 		oldestS float64
 	)
 	blocking := s.cfg.Ordering == OrderAggregate && s.cfg.OrderedDeadLetter == DeadLetterBlock
-	r, err := db.Query(ctx, s.q.sample, s.q.table, blocking)
+	floor, parked := s.floorAndParked()
+	r, err := db.Query(ctx, s.q.sample, s.q.table, blocking, floor, parked)
 	if err != nil {
 		return Sample{}, fmt.Errorf("sample: %w", err)
 	}

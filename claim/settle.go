@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // MarkPublished marks events confirmed by RabbitMQ as published, in one
@@ -124,12 +127,42 @@ func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64,
 // DeletePublished deletes up to limit published events older than retention
 // and returns how many it deleted. Pending and failed events are never
 // touched.
+//
+// It starts where the last call got to, by published_at, less
+// cleanupMargin (a mark's transaction may commit a moment after an earlier
+// published_at was deleted), and from the oldest published row again every
+// cleanupFromStart: the rows deleted before have left index entries that
+// vacuum cannot remove while a long transaction may see them, and each
+// call would walk them all again.
 func (s *Store) DeletePublished(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
-	tag, err := s.db.Exec(ctx, s.q.deletePublished, retention.Milliseconds(), limit)
+	s.cleanupMu.Lock()
+	defer s.cleanupMu.Unlock()
+	if now := s.now(); now.Sub(s.cleanupReset) >= cleanupFromStart {
+		s.cleanupFrom, s.cleanupReset = time.Time{}, now
+	}
+	rows, err := s.db.Query(ctx, s.q.deletePublished, retention.Milliseconds(), limit, s.cleanupFrom)
+	var (
+		n    int64
+		last pgtype.Timestamptz
+	)
+	if err == nil {
+		_, err = pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (struct{}, error) {
+			return struct{}{}, r.Scan(&n, &last)
+		})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("delete published: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	if last.Valid && last.Time.Add(-cleanupMargin).After(s.cleanupFrom) {
+		s.cleanupFrom = last.Time.Add(-cleanupMargin)
+	}
+	return n, nil
 }
+
+// Where cleanup starts (see DeletePublished).
+const (
+	cleanupMargin    = 10 * time.Second
+	cleanupFromStart = time.Hour
+)

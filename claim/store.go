@@ -108,6 +108,12 @@ type Store struct {
 	q      queries
 	// floor is where claims start (floor.go).
 	floor floor
+	// cleanupFrom is the published_at cleanup has reached, and
+	// cleanupReset when it last started from the oldest row
+	// (DeletePublished).
+	cleanupMu    sync.Mutex
+	cleanupFrom  time.Time
+	cleanupReset time.Time
 	// eventSize is a running average of the bytes per event Claim has
 	// received, 0 before the first: a claim asks for no more events than
 	// MaxBatchBytes takes at that size.

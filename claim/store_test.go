@@ -509,7 +509,7 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 		"release":          "'{1,2}', " + lease,
 		"extend":           "'{1,2}', " + lease + ", 30000",
 		"retry":            "'{1}', '{pending}', '{1000}', '{boom}', " + lease,
-		"delete_published": "86400000, 1000",
+		"delete_published": "86400000, 1000, '-infinity'",
 	}
 	for name, a := range args {
 		_, err := conn.Conn().Prepare(ctx, name, claim.Statements(s)[name])
