@@ -21,6 +21,7 @@ const (
 	WorkloadProducer = "producer"
 	WorkloadOrdered  = "ordered"
 	WorkloadScale    = "scale"
+	WorkloadHorizon  = "horizon"
 )
 
 // Systems a workload runs on.
@@ -36,7 +37,18 @@ const (
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadHorizon}
+
+// defaultWorkloads are those Run runs when Config.Only is empty: all but
+// horizon, which takes about 14 minutes with its defaults.
+var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale}
+
+// Phases of the horizon workload, the values of Result.Phase.
+const (
+	PhaseBefore = "before" // the baseline, before the horizon is pinned
+	PhasePinned = "pinned" // while a REPEATABLE READ transaction pins it
+	PhaseAfter  = "after"  // after that transaction has committed
+)
 
 // maxEventNumber is the largest event number the 12 hex digits of an event
 // id can carry.
@@ -68,7 +80,9 @@ type Config struct {
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
 	// Only selects workloads by name (drain, steady, idle, producer,
-	// ordered, scale). They always run in that order. Default: all six.
+	// ordered, scale, horizon). They always run in that order. Default:
+	// all but horizon (about 14 minutes with its defaults), which runs
+	// only when named.
 	Only []string
 	// DrainEvents is the backlog the drain workload delivers. Default 100000.
 	DrainEvents int
@@ -117,6 +131,29 @@ type Config struct {
 	// ScaleRelays are the relay counts the scale workload drains
 	// DrainEvents with, side by side on one table. Default [1, 2, 3].
 	ScaleRelays []int
+	// HorizonRate is the horizon workload's commit rate, events per
+	// second, written by Producers connections throughout its windows.
+	// Default 1000.
+	HorizonRate int
+	// HorizonPinned is how long the horizon workload pins the horizon with
+	// a REPEATABLE READ transaction, rounded up to whole windows of
+	// HorizonWindow (so that its last pinned window, the one its ratios
+	// take, is a whole one). Default 10m (14 windows of 45s, 10m30s).
+	HorizonPinned time.Duration
+	// HorizonWindow is the length of each window the horizon workload
+	// measures. Default 45s.
+	HorizonWindow time.Duration
+	// HorizonBefore is how many windows the horizon workload measures
+	// before the pin, its baseline. Default 2.
+	HorizonBefore int
+	// HorizonAfter is how many windows it measures after the pin ends.
+	// Default 2.
+	HorizonAfter int
+	// HorizonAggregates is how many aggregates the horizon workload's
+	// events are spread over, interleaved, as the ordered steady run's
+	// are; a multiple of Producers. With --ordering=aggregate among
+	// RelayArgs the relay runs ordered. Default 1000.
+	HorizonAggregates int
 	// DrainWait bounds every wait for events still on their way: after
 	// steady and idle producers stop, between producer runs, and, as the
 	// longest stretch without progress, during a drain. Default 60s.
@@ -137,7 +174,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	if len(c.Only) == 0 {
-		c.Only = workloads
+		c.Only = defaultWorkloads
 	}
 	c.DrainEvents = cmp.Or(c.DrainEvents, 100000)
 	c.PayloadBytes = cmp.Or(c.PayloadBytes, 256)
@@ -163,6 +200,12 @@ func (c Config) withDefaults() Config {
 	if len(c.ScaleRelays) == 0 {
 		c.ScaleRelays = []int{1, 2, 3}
 	}
+	c.HorizonRate = cmp.Or(c.HorizonRate, 1000)
+	c.HorizonPinned = cmp.Or(c.HorizonPinned, 10*time.Minute)
+	c.HorizonWindow = cmp.Or(c.HorizonWindow, 45*time.Second)
+	c.HorizonBefore = cmp.Or(c.HorizonBefore, 2)
+	c.HorizonAfter = cmp.Or(c.HorizonAfter, 2)
+	c.HorizonAggregates = cmp.Or(c.HorizonAggregates, 1000)
 	c.DrainWait = cmp.Or(c.DrainWait, 60*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -227,7 +270,43 @@ func (c Config) Validate() error {
 			return fmt.Errorf("bench: SteadyRates %d over SteadyDuration %s: too many events", rate, c.SteadyDuration)
 		}
 	}
-	return c.validateOrdered()
+	if err := c.validateOrdered(); err != nil {
+		return err
+	}
+	return c.validateHorizon()
+}
+
+// validateHorizon checks the horizon workload's settings (that its
+// aggregates fit Producers only when it runs).
+func (c Config) validateHorizon() error {
+	switch {
+	case c.HorizonRate < 1:
+		return fmt.Errorf("bench: HorizonRate %d: must be at least 1", c.HorizonRate)
+	case c.HorizonPinned <= 0:
+		return fmt.Errorf("bench: HorizonPinned %s: must be positive", c.HorizonPinned)
+	case c.HorizonWindow <= 0:
+		return fmt.Errorf("bench: HorizonWindow %s: must be positive", c.HorizonWindow)
+	case c.HorizonBefore < 1:
+		return fmt.Errorf("bench: HorizonBefore %d: must be at least 1", c.HorizonBefore)
+	case c.HorizonAfter < 1:
+		return fmt.Errorf("bench: HorizonAfter %d: must be at least 1", c.HorizonAfter)
+	case float64(c.HorizonRate)*c.horizonSpan().Seconds() > maxEventNumber/4:
+		return fmt.Errorf("bench: HorizonRate %d over %s of windows: too many events", c.HorizonRate, c.horizonSpan())
+	case c.HorizonAggregates < 1 || (c.runs(WorkloadHorizon) && c.HorizonAggregates%c.Producers != 0):
+		return fmt.Errorf("bench: HorizonAggregates %d: must be a multiple of Producers (%d), so that each aggregate has one producer", c.HorizonAggregates, c.Producers)
+	}
+	return nil
+}
+
+// horizonPinnedWindows is how many windows the pin lasts: HorizonPinned
+// in windows of HorizonWindow, rounded up.
+func (c Config) horizonPinnedWindows() int {
+	return int((c.HorizonPinned + c.HorizonWindow - 1) / c.HorizonWindow)
+}
+
+// horizonSpan is the horizon workload's windows end to end.
+func (c Config) horizonSpan() time.Duration {
+	return time.Duration(c.HorizonBefore+c.horizonPinnedWindows()+c.HorizonAfter) * c.HorizonWindow
 }
 
 // validateOrdered checks the ordered workload's settings (that its steady
@@ -277,6 +356,12 @@ func (c Config) Flags() []string {
 		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),
 		"--ordered-steady-aggregates=" + strconv.Itoa(c.OrderedSteadyAggregates),
 		"--scale-relays=" + joinInts(c.ScaleRelays),
+		"--horizon-rate=" + strconv.Itoa(c.HorizonRate),
+		"--horizon-pinned=" + c.HorizonPinned.String(),
+		"--horizon-window=" + c.HorizonWindow.String(),
+		"--horizon-before=" + strconv.Itoa(c.HorizonBefore),
+		"--horizon-after=" + strconv.Itoa(c.HorizonAfter),
+		"--horizon-aggregates=" + strconv.Itoa(c.HorizonAggregates),
 		"--drain-wait=" + c.DrainWait.String(),
 	}
 	for _, a := range c.RelayArgs {

@@ -17,6 +17,13 @@ import (
 // backlog is written in one statement).
 const queryTimeout = 5 * time.Minute
 
+// The application_name of the benchmark's own connections: its pool for
+// its own statements, and the one that holds the schema's lock.
+const (
+	ownApp  = "outboxrelay-bench"
+	lockApp = "outboxrelay-bench-lock"
+)
+
 // database is the benchmark's access to PostgreSQL: a small pool for its
 // own statements and the URLs its children and producers connect with, all
 // with search_path set to the benchmark schema.
@@ -36,7 +43,7 @@ func openDatabase(ctx context.Context, rawURL, schema string) (*database, error)
 		return nil, fmt.Errorf("database URL: %w", redact.Error(err, rawURL))
 	}
 	d := &database{base: u, schema: schema, table: pgx.Identifier{schema, "outbox"}.Sanitize()}
-	cfg, err := pgxpool.ParseConfig(d.url("outboxrelay-bench"))
+	cfg, err := pgxpool.ParseConfig(d.url(ownApp))
 	if err != nil {
 		return nil, fmt.Errorf("database URL %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
@@ -69,7 +76,7 @@ func openDatabase(ctx context.Context, rawURL, schema string) (*database, error)
 // second benchmark on the same schema fails at once instead of truncating
 // and dropping the outbox under the first.
 func (d *database) lockSchema(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, d.url("outboxrelay-bench-lock"))
+	conn, err := pgx.Connect(ctx, d.url(lockApp))
 	if err != nil {
 		return fmt.Errorf("lock schema: %w", err)
 	}
@@ -264,6 +271,34 @@ func (d *database) backends(ctx context.Context, name string) ([]int, error) {
 		out[i] = int(p)
 	}
 	return out, nil
+}
+
+// databaseBackends lists the pids of the client backends connected to the
+// benchmark's database, but for the benchmark's own (its pool and its
+// lock): the relay's, the producers', and whatever else connects to it.
+func (d *database) databaseBackends(ctx context.Context) ([]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := d.pool.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend'
+		  AND application_name <> ALL ($1::text[])`, []string{ownApp, lockApp})
+	if err != nil {
+		return nil, fmt.Errorf("list the database's backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("list the database's backends: %w", err)
+	}
+	out := make([]int, len(pids))
+	for i, p := range pids {
+		out[i] = int(p)
+	}
+	return out, nil
+}
+
+// deadTuples is the outbox's n_dead_tup in pg_stat_user_tables.
+func (d *database) deadTuples(ctx context.Context) (int64, error) {
+	return d.queryInt(ctx, "read dead tuples", "SELECT coalesce(n_dead_tup, 0) FROM pg_stat_user_tables WHERE relid = to_regclass($1)", d.table)
 }
 
 // walWritten is how many bytes of WAL the server has written since it was

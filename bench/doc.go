@@ -1,7 +1,8 @@
 // Package bench measures outboxrelay against a naive poller and against the
 // broker's own ceiling, on a real PostgreSQL and a real RabbitMQ.
 //
-// Run drives six workloads, each selectable through Config.Only:
+// Run drives seven workloads, each selectable through Config.Only (all but
+// horizon by default):
 //
 //   - drain: a backlog of Config.DrainEvents pending rows, written in one
 //     statement while no relay runs, is delivered from the relay's start to
@@ -25,6 +26,22 @@
 //   - scale: the drain's backlog delivered by each of Config.ScaleRelays
 //     relays side by side on the one table, started together; their cost
 //     is summed.
+//   - horizon: Config.Producers connections write Config.HorizonRate
+//     events per second over Config.HorizonAggregates aggregates without
+//     a break, measured in windows of Config.HorizonWindow:
+//     Config.HorizonBefore baseline windows, then Config.HorizonPinned
+//     (rounded up to whole windows) while a REPEATABLE READ transaction
+//     on a connection of its own, which counted the outbox once, sits idle
+//     in transaction and pins the horizon, then Config.HorizonAfter
+//     windows after it commits. Each window is a row: first arrivals per
+//     second; the lag of the events committed in it; the CPU of the relay
+//     and of every client backend of the database but the benchmark's own
+//     (the producers' included) per 1,000 arrivals; the claim time's mean
+//     and the bound of its p99's bucket from the relay's histogram; then,
+//     read after the window's cost, the pending rows (count(*)) and the
+//     table's n_dead_tup. A ratio compares the last pinned window with the
+//     mean of the before windows. It takes about 14 minutes with its
+//     defaults, hence runs only when named.
 //
 // Unordered systems always run without the ordering index (it is dropped
 // before them), so their figures do not pay for it; ordered relays run

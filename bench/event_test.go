@@ -2,6 +2,7 @@ package bench
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -74,6 +75,9 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{Config{DatabaseURL: "mysql://x"}, "DatabaseURL"},
 		{Config{AMQPURL: "http://u:s3cret@h/"}, "AMQPURL"},
 		{Config{Schema: string(make([]byte, 64))}, "Schema"},
+		{Config{HorizonWindow: -time.Second}, "HorizonWindow"},
+		{Config{HorizonBefore: -1}, "HorizonBefore"},
+		{Config{Only: []string{"horizon"}, HorizonAggregates: 12}, "HorizonAggregates 12"},
 	} {
 		err := tc.cfg.Validate()
 		require.ErrorContains(t, err, tc.want)

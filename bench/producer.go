@@ -90,6 +90,12 @@ func (ps *producers) write(ctx context.Context, conn *pgx.Conn, n int64, aggrega
 // returns how many events committed and the time from start until the last
 // producer finished.
 func (ps *producers) paced(ctx context.Context, k int, rec *record, clk clock, rate float64) (int64, time.Duration, error) {
+	return ps.pacedUntil(ctx, k, rec, clk, rate, nil)
+}
+
+// pacedUntil is paced that also ends, without an error, once stop is
+// closed (nil: never), each connection after the write it is in.
+func (ps *producers) pacedUntil(ctx context.Context, k int, rec *record, clk clock, rate float64, stop <-chan struct{}) (int64, time.Duration, error) {
 	if a := rec.aggregates(); a%k != 0 {
 		panic(fmt.Sprintf("bench: %d aggregates over %d producers: some aggregate would have two", a, k))
 	}
@@ -105,9 +111,16 @@ func (ps *producers) paced(ctx context.Context, k int, rec *record, clk clock, r
 				timer.Reset(wait)
 				select {
 				case <-timer.C:
+				case <-stop:
+					return nil
 				case <-ctx.Done():
 					return context.Cause(ctx)
 				}
+			}
+			select {
+			case <-stop:
+				return nil
+			default:
 			}
 			if err := ps.insertSlot(ctx, conn, rec, i); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -85,11 +86,46 @@ func (r *record) count() int64 { return r.distinct.Load() }
 // duplicates is how many deliveries repeated an event already received.
 func (r *record) duplicates() int64 { return r.dups.Load() }
 
+// span is a stretch of the clock, from (included) to (excluded).
+type span struct{ from, to int64 }
+
+// always is every clock reading.
+var always = span{1, math.MaxInt64}
+
+// holds reports whether the clock reading t, not 0 ("not yet"), is within
+// s.
+func (s span) holds(t int64) bool { return t != 0 && t >= s.from && t < s.to }
+
 // lost is how many events committed but have not arrived.
-func (r *record) lost() int64 {
+func (r *record) lost() int64 { return r.lostIn(always) }
+
+// lostIn is how many events that committed within s have not arrived.
+func (r *record) lostIn(s span) int64 {
 	var n int64
 	for i := range r.committed {
-		if atomic.LoadInt64(&r.committed[i]) != 0 && atomic.LoadInt64(&r.received[i]) == 0 {
+		if s.holds(atomic.LoadInt64(&r.committed[i])) && atomic.LoadInt64(&r.received[i]) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// committedIn is how many events committed within s.
+func (r *record) committedIn(s span) int64 {
+	var n int64
+	for i := range r.committed {
+		if s.holds(atomic.LoadInt64(&r.committed[i])) {
+			n++
+		}
+	}
+	return n
+}
+
+// receivedIn is how many events first arrived within s.
+func (r *record) receivedIn(s span) int64 {
+	var n int64
+	for i := range r.received {
+		if s.holds(atomic.LoadInt64(&r.received[i])) {
 			n++
 		}
 	}
@@ -108,11 +144,14 @@ func (r *record) lastReceived() int64 {
 // latency summarizes commit → first delivery over the events that arrived.
 // A delivery the clock saw before its producer noted the commit (the relay
 // can be that quick) counts as 0. Nil if none arrived.
-func (r *record) latency() *Latency {
+func (r *record) latency() *Latency { return r.latencyIn(always) }
+
+// latencyIn is latency over the events that committed within s.
+func (r *record) latencyIn(s span) *Latency {
 	var ds []int64
 	for i := range r.received {
 		c, rc := atomic.LoadInt64(&r.committed[i]), atomic.LoadInt64(&r.received[i])
-		if c == 0 || rc == 0 {
+		if !s.holds(c) || rc == 0 {
 			continue
 		}
 		ds = append(ds, max(0, rc-c))

@@ -19,10 +19,13 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 	return err
 }
 
-// WriteTable prints one line per result.
+// WriteTable prints one line per result. The last four columns are the
+// horizon workload's: claim mean and the bound of the bucket holding the
+// claims' p99 (see ClaimTime), pending rows and the table's dead tuples at
+// the window's end.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\tclaim mean\tclaim p99≤ (ms)\tpending\tdead tuples\t")
 	for _, r := range results {
 		p50, p90, p99, pmax := "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
@@ -46,8 +49,16 @@ func WriteTable(w io.Writer, results []Result) error {
 			rss = num(c.PeakRSSMiB)
 			wal = strconv.FormatFloat(c.WALPerEvent, 'f', 0, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss)
+		claimMean, claimP99 := "-", "-"
+		if c := r.Claim; c != nil {
+			claimMean, claimP99 = num(c.Mean), "> max"
+			if c.P99Bound != nil {
+				claimP99 = num(*c.P99Bound)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss,
+			claimMean, claimP99, optional(r.Pending), optional(r.DeadTuples))
 	}
 	return tw.Flush()
 }
@@ -81,6 +92,21 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	for _, o := range r.Ordered {
 		fmt.Fprintf(tw, "  ordered %s keyscan/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.KeyscanPct, "%"), num(o.Keyscan), num(o.Unordered))
 		fmt.Fprintf(tw, "  ordered %s distinct/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.DistinctPct, "%"), num(o.Distinct), num(o.Unordered))
+	}
+	if h := r.Horizon; h != nil {
+		versus := func(what string, c *Comparison, unit, asked string) {
+			if c == nil {
+				fmt.Fprintf(tw, "  horizon pinned %d/before %s\t-\n", h.Window, what)
+				return
+			}
+			fmt.Fprintf(tw, "  horizon pinned %d/before %s\t%s\t(%s vs %s %s; issue 29 asks at most %s)\n",
+				h.Window, what, pct(c.X, "×"), num(c.Pinned), num(c.Baseline), unit, asked)
+		}
+		versus("claim mean", h.ClaimMeanMS, "ms", "1.5×")
+		versus("cpu/event", h.CPUPer1k, "ms/1k, relay + database backends", "1.5×")
+		versus("lag p99", h.LagP99MS, "ms", "2×")
+		fmt.Fprintf(tw, "  horizon pending before %d → pinned %d\t%s → %s\t(issue 29 asks that it not grow)\n",
+			h.Before, h.Window, optional(h.PendingBefore), optional(h.PendingPinned))
 	}
 	return tw.Flush()
 }
@@ -127,6 +153,8 @@ func AppendJSON(path string, started time.Time, m Machine, cfg Config, results [
 // label names a result's workload with its parameter.
 func label(r Result) string {
 	switch {
+	case r.Workload == WorkloadHorizon:
+		return horizonLabel(r)
 	case r.Workload == WorkloadScale:
 		return r.Workload + " " + strconv.Itoa(r.Relays) + "×"
 	case r.Workload == WorkloadOrdered && r.TargetRate > 0:

@@ -4,12 +4,14 @@ package bench
 // do not apply, or were not measured, are nil (null in JSON, "-" in the
 // table).
 type Result struct {
-	// Workload is drain, steady, idle, producer, ordered or scale.
+	// Workload is drain, steady, idle, producer, ordered, scale or
+	// horizon.
 	Workload string `json:"workload"`
 	// System is relay, naive, ceiling, keyscan or distinct (the last two
 	// are the ordered relay with that design).
 	System string `json:"system"`
-	// TargetRate is the steady workload's target, events per second.
+	// TargetRate is the steady workload's target, events per second (the
+	// ordered steady run's, the horizon workload's).
 	TargetRate int `json:"target_rate,omitempty"`
 	// IntervalMS is the idle workload's time between events.
 	IntervalMS float64 `json:"interval_ms,omitempty"`
@@ -21,14 +23,20 @@ type Result struct {
 	// OrderingIndex tells whether the producer workload ran with the
 	// ordering index (and the ordered relay that created it).
 	OrderingIndex *bool `json:"ordering_index,omitempty"`
-	// Aggregates is how many aggregates the ordered workload's events are
-	// spread over.
+	// Aggregates is how many aggregates the ordered or horizon workload's
+	// events are spread over.
 	Aggregates int `json:"aggregates,omitempty"`
 	// Relays is how many relays drained side by side (scale).
 	Relays int `json:"relays,omitempty"`
 	// PerAggregate is how many events each aggregate has in an ordered
 	// drain's backlog.
 	PerAggregate int `json:"per_aggregate,omitempty"`
+	// Phase is the horizon workload's phase the window belongs to: before,
+	// pinned or after.
+	Phase string `json:"phase,omitempty"`
+	// Window numbers the horizon workload's windows within their phase,
+	// from 1.
+	Window int `json:"window,omitempty"`
 
 	// Committed is how many events producers committed (or the backlog
 	// written for a drain, or the messages the ceiling published).
@@ -59,8 +67,33 @@ type Result struct {
 	Backlog *int64 `json:"backlog"`
 	// Cost is the CPU and memory the system used (relay and naive, in drain
 	// and steady; the relay while the producers insert, per 1,000 rows
-	// inserted, in the producer workload).
+	// inserted, in the producer workload; in a horizon window, the relay
+	// and every backend of the database, see Cost.PGCPUPer1k).
 	Cost *Cost `json:"cost"`
+
+	// The horizon workload's figures: for the others, nil.
+
+	// Claim is the relay's claim time over the window, from its
+	// outboxrelay_claim_duration_seconds histogram, those claims that
+	// found nothing included.
+	Claim *ClaimTime `json:"claim_ms"`
+	// Pending is how many rows were pending at the window's end, counted
+	// (count(*)) after the window's cost was read and outside it.
+	Pending *int64 `json:"pending"`
+	// DeadTuples is the outbox table's n_dead_tup (pg_stat_user_tables) at
+	// the window's end: statistics the server updates about once a second.
+	DeadTuples *int64 `json:"dead_tuples"`
+}
+
+// ClaimTime is how long claims took, in milliseconds.
+type ClaimTime struct {
+	// Mean is their mean, from the histogram's sum and count.
+	Mean float64 `json:"mean"`
+	// P99Bound is the upper bound of the histogram bucket that holds their
+	// 99th percentile: not the percentile, a bound of it (the relay's
+	// buckets run from 0.25 ms to 5 s, 2 to 2.5 times apart). Nil if it
+	// is above the largest bound.
+	P99Bound *float64 `json:"p99_bound"`
 }
 
 // Latency is a latency distribution in milliseconds.
@@ -78,7 +111,12 @@ type Cost struct {
 	RelayCPUPer1k float64 `json:"relay_cpu_ms_per_1k"`
 	// PGCPUPer1k is the CPU of the relay's PostgreSQL backends, milliseconds
 	// per 1,000 events; nil when they cannot be read (PostgreSQL on another
-	// machine or in another PID namespace).
+	// machine or in another PID namespace). In a horizon window it is the
+	// CPU of every client backend of the benchmark's database but the
+	// benchmark's own statements': the relay's, the producers' and the
+	// pinning transaction's (as issue 29's figures counted them), and
+	// anything else connected to that database. Autovacuum workers are
+	// not counted.
 	PGCPUPer1k *float64 `json:"pg_cpu_ms_per_1k"`
 	// TotalPer1k is their sum (the relay's alone when PGCPUPer1k is nil).
 	TotalPer1k float64 `json:"total_cpu_ms_per_1k"`
@@ -131,6 +169,41 @@ type Ratios struct {
 	// Ordered compares, per ordered drain shape, the ordered relay's rate
 	// with each design to the relay's on the same backlog.
 	Ordered []OrderedRatio `json:"ordered"`
+	// Horizon compares the horizon workload's last pinned window with its
+	// baseline; nil without that workload.
+	Horizon *HorizonRatio `json:"horizon"`
+}
+
+// HorizonRatio compares the last window of the horizon workload's pinned
+// phase with its baseline, the mean of its before windows' figures: a
+// typical window of the same length, not the before windows pooled. Issue
+// 29 asks for claim time and CPU per event within 1.5× of the baseline,
+// lag p99 within 2×, and pending rows that do not grow.
+type HorizonRatio struct {
+	// Before is how many before windows make the baseline.
+	Before int `json:"before"`
+	// Window is the pinned window compared, the last.
+	Window int `json:"window"`
+	// ClaimMeanMS compares the mean claim times; nil where the relay's
+	// metrics were not read.
+	ClaimMeanMS *Comparison `json:"claim_mean_ms"`
+	// CPUPer1k compares the CPU per 1,000 events, the relay's and the
+	// database's backends' (Cost.TotalPer1k).
+	CPUPer1k *Comparison `json:"cpu_ms_per_1k"`
+	// LagP99MS compares the event lag p99s (commit → consumer).
+	LagP99MS *Comparison `json:"lag_p99_ms"`
+	// PendingBefore and PendingPinned are the pending rows at the end of
+	// the last before window and of the last pinned window.
+	PendingBefore *int64 `json:"pending_before"`
+	PendingPinned *int64 `json:"pending_pinned"`
+}
+
+// Comparison is a figure of the baseline and of a later window, and their
+// ratio (Pinned / Baseline; nil if the baseline is 0).
+type Comparison struct {
+	Baseline float64  `json:"baseline"`
+	Pinned   float64  `json:"pinned"`
+	X        *float64 `json:"x"`
 }
 
 // ProducerRatio compares inserts per second at one concurrency. Each rate
@@ -186,7 +259,67 @@ func ComputeRatios(results []Result) Ratios {
 	}
 	r.Producer = producerRatios(results)
 	r.Ordered = orderedRatios(results)
+	r.Horizon = horizonRatio(results)
 	return r
+}
+
+// horizonRatio compares the horizon workload's last pinned window with
+// the mean of its before windows; nil without both.
+func horizonRatio(results []Result) *HorizonRatio {
+	var before []Result
+	var last *Result
+	for i, res := range results {
+		switch {
+		case res.Workload != WorkloadHorizon:
+		case res.Phase == PhaseBefore:
+			before = append(before, res)
+		case res.Phase == PhasePinned && (last == nil || res.Window > last.Window):
+			last = &results[i]
+		}
+	}
+	if len(before) == 0 || last == nil {
+		return nil
+	}
+	h := &HorizonRatio{Before: len(before), Window: last.Window, PendingBefore: before[len(before)-1].Pending, PendingPinned: last.Pending}
+	// compare compares figure f, nil where some window lacks it.
+	compare := func(f func(Result) *float64) *Comparison {
+		pinned := f(*last)
+		if pinned == nil {
+			return nil
+		}
+		base := make([]float64, len(before))
+		for i, res := range before {
+			v := f(res)
+			if v == nil {
+				return nil
+			}
+			base[i] = *v
+		}
+		c := &Comparison{Baseline: mean(base), Pinned: *pinned}
+		if c.Baseline > 0 {
+			c.X = ptr(c.Pinned / c.Baseline)
+		}
+		return c
+	}
+	h.ClaimMeanMS = compare(func(r Result) *float64 {
+		if r.Claim == nil {
+			return nil
+		}
+		return &r.Claim.Mean
+	})
+	h.CPUPer1k = compare(func(r Result) *float64 {
+		if r.Cost == nil {
+			return nil
+		}
+		return &r.Cost.TotalPer1k
+	})
+	h.LagP99MS = compare(func(r Result) *float64 {
+		if r.Latency == nil {
+			return nil
+		}
+		return &r.Latency.P99
+	})
+	return h
 }
 
 // p50 is the latency p50 of the run of workload on system, if any.

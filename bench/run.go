@@ -14,9 +14,8 @@ import (
 )
 
 // Run prepares the schema and the consumer, runs the selected workloads in
-// order (drain, steady, idle, producer, ordered) and returns one Result per
-// row. On
-// failure it returns the results so far with the error. Unless cfg.Keep,
+// order (drain, steady, idle, producer, ordered, scale, horizon) and
+// returns one Result per row. On failure it returns the results so far with the error. Unless cfg.Keep,
 // the schema is dropped and the exchange deleted at the end, whatever
 // happened. Run refuses a schema it did not create, and deletes only an
 // exchange it created.
@@ -40,6 +39,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadProducer, r.producer},
 		{WorkloadOrdered, r.ordered},
 		{WorkloadScale, r.scale},
+		{WorkloadHorizon, r.horizon},
 	} {
 		if !cfg.runs(w.name) {
 			continue

@@ -1,10 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,10 +31,16 @@ const scrapeTimeout = 5 * time.Second
 // counters are what the benchmark reads of a relay's metrics, each since
 // the relay started.
 type counters struct {
-	claims     float64 // claims made, those that found nothing included
-	gateCloses float64 // times the relay closed its notification gate
-	mallocs    float64 // heap allocations, the metrics' own included
+	claims       float64  // claims made, those that found nothing included
+	claimSeconds float64  // the time they took, in all
+	claimBuckets []bucket // their histogram, by ascending bound
+	gateCloses   float64  // times the relay closed its notification gate
+	mallocs      float64  // heap allocations, the metrics' own included
 }
+
+// bucket is one finite bucket of a histogram: how many observations were
+// at most le.
+type bucket struct{ le, count float64 }
 
 // scrape reads the counters of the relay whose metrics endpoint listens
 // on addr.
@@ -64,13 +73,56 @@ func scrape(ctx context.Context, addr string) (counters, error) {
 	for _, m := range mallocs.GetMetric() {
 		c.mallocs += m.GetCounter().GetValue()
 	}
+	byBound := map[float64]float64{}
 	for _, m := range claims.GetMetric() {
-		c.claims += float64(m.GetHistogram().GetSampleCount())
+		h := m.GetHistogram()
+		c.claims += float64(h.GetSampleCount())
+		c.claimSeconds += h.GetSampleSum()
+		for _, b := range h.GetBucket() {
+			if le := b.GetUpperBound(); !math.IsInf(le, +1) {
+				byBound[le] += float64(b.GetCumulativeCount())
+			}
+		}
 	}
+	for le, n := range byBound {
+		c.claimBuckets = append(c.claimBuckets, bucket{le, n})
+	}
+	slices.SortFunc(c.claimBuckets, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
 	for _, m := range closes.GetMetric() {
 		c.gateCloses += m.GetCounter().GetValue()
 	}
 	return c, nil
+}
+
+// claimTime is the claims' time between two readings of one relay's
+// counters: their mean, and the bound of the histogram bucket that holds
+// their 99th percentile (nearest rank), nil where it is above the largest
+// finite bound. Nil if no claim was made between them.
+func claimTime(begin, end counters) *ClaimTime {
+	n := end.claims - begin.claims
+	if n <= 0 {
+		return nil
+	}
+	ct := &ClaimTime{Mean: (end.claimSeconds - begin.claimSeconds) / n * 1000}
+	rank := math.Ceil(0.99 * n)
+	for _, b := range end.claimBuckets {
+		if b.count-begin.below(b.le) >= rank {
+			ct.P99Bound = ptr(b.le * 1000)
+			break
+		}
+	}
+	return ct
+}
+
+// below is how many claims took at most le, from the bucket of that bound
+// (0 if there is none: the reading was taken before the first claim).
+func (c counters) below(le float64) float64 {
+	for _, b := range c.claimBuckets {
+		if b.le == le {
+			return b.count
+		}
+	}
+	return 0
 }
 
 // scrapeOnceUp is scrape for a relay that may not serve its metrics yet:

@@ -51,6 +51,8 @@ func TestCountersAreReadFromTheRelaysMetricsOnceServed(t *testing.T) {
 	require.Equal(t, 4.0, c.claims)
 	require.Equal(t, 2.0, c.gateCloses)
 	require.Positive(t, c.mallocs, "the Go runtime's allocations, from the relay's own registry")
+	require.InDelta(t, 0.004, c.claimSeconds, 1e-9)
+	require.Equal(t, &ClaimTime{Mean: 1, P99Bound: ptr(1.0)}, claimTime(counters{}, c), "four claims of 1 ms, in the bucket of 1 ms")
 }
 
 // --relay-arg may set the relay's --http-addr: empty turns its metrics off,

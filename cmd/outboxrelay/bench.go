@@ -22,7 +22,7 @@ type BenchCmd struct {
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
 	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
 	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
-	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale" help:"Workloads to run: drain, steady, idle, producer, ordered, scale."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, horizon (not by default: about 14 minutes with its defaults)."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
 	DrainEvents    int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
@@ -43,6 +43,13 @@ type BenchCmd struct {
 	OrderedDistinctTime time.Duration `name:"ordered-distinct-time" default:"30s" group:"Ordered workload" help:"Most time an ordered drain with the distinct design gets; its rate is then what arrived."`
 	OrderedSteadyRate   int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
 	OrderedSteadyAggs   int           `name:"ordered-steady-aggregates" default:"1000" group:"Ordered workload" help:"Aggregates the ordered steady events are spread over (a multiple of --producers)."`
+
+	HorizonRate   int           `name:"horizon-rate" default:"1000" group:"Horizon workload" help:"Events/s the horizon workload's --producers connections write throughout."`
+	HorizonPinned time.Duration `name:"horizon-pinned" default:"10m" group:"Horizon workload" help:"How long a REPEATABLE READ transaction pins the horizon, rounded up to whole windows."`
+	HorizonWindow time.Duration `name:"horizon-window" default:"45s" group:"Horizon workload" help:"Length of each measured window (a row each)."`
+	HorizonBefore int           `name:"horizon-before" default:"2" group:"Horizon workload" help:"Windows measured before the pin, the baseline."`
+	HorizonAfter  int           `name:"horizon-after" default:"2" group:"Horizon workload" help:"Windows measured after the pin ends."`
+	HorizonAggs   int           `name:"horizon-aggregates" default:"1000" group:"Horizon workload" help:"Aggregates the horizon events are spread over (a multiple of --producers); --relay-arg=--ordering=aggregate measures ordered mode."`
 }
 
 func (c *BenchCmd) config(stderr io.Writer) bench.Config {
@@ -73,6 +80,13 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 		OrderedDistinctTime:     c.OrderedDistinctTime,
 		OrderedSteadyRate:       c.OrderedSteadyRate,
 		OrderedSteadyAggregates: c.OrderedSteadyAggs,
+
+		HorizonRate:       c.HorizonRate,
+		HorizonPinned:     c.HorizonPinned,
+		HorizonWindow:     c.HorizonWindow,
+		HorizonBefore:     c.HorizonBefore,
+		HorizonAfter:      c.HorizonAfter,
+		HorizonAggregates: c.HorizonAggs,
 	}
 }
 

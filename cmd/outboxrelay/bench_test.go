@@ -176,6 +176,115 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.True(t, exchangeGone(t, exchange), "exchange deleted")
 }
 
+// The horizon workload, at a tiny size: a row per window with its claim
+// time, pending rows and dead tuples, the ratio of the last pinned window
+// to the baseline, and dead tuples that pile up while the horizon is
+// pinned. It runs only when named.
+func TestBenchRunsHorizonAtTinySize(t *testing.T) {
+	t.Parallel()
+	dbURL := testkit.NewDatabase(t)
+	jsonPath := filepath.Join(t.TempDir(), "bench.jsonl")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "bench",
+		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
+		"--schema="+testkit.UniqueName("bench"), "--exchange="+testkit.UniqueName("outboxrelay_bench"),
+		"--json="+jsonPath, "--only=horizon", "--producers=2", "--drain-wait=30s",
+		"--horizon-rate=100", "--horizon-window=2s", "--horizon-before=1",
+		"--horizon-pinned=5s", // three windows: rounded up to whole ones
+		"--horizon-after=1", "--horizon-aggregates=10")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 45 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	t.Logf("bench output:\n%s", stdout.String())
+
+	for _, want := range []string{
+		"claim mean", "claim p99≤ (ms)", "pending", "dead tuples",
+		"horizon before 1", "horizon pinned 1", "horizon pinned 3", "horizon after 1",
+		"horizon pinned 3/before claim mean", "horizon pinned 3/before cpu/event", "horizon pinned 3/before lag p99",
+		"horizon pending before 1 → pinned 3",
+	} {
+		require.Contains(t, stdout.String(), want)
+	}
+	require.NotContains(t, stdout.String(), "horizon pinned 4")
+
+	rows, _, ratios := readBenchJSON(t, jsonPath)
+	require.Equal(t, 1, ratios)
+	var windows []string
+	dead := map[string]int64{}
+	var pinnedEvents int64 // delivered in the pinned windows but the last
+	for _, r := range rows {
+		require.Equal(t, "horizon", r.Workload)
+		require.Equal(t, "relay", r.System)
+		what := fmt.Sprintf("%s %d", r.Phase, r.Window)
+		windows = append(windows, what)
+		require.Equal(t, 100, r.TargetRate, what)
+		require.Equal(t, 10, r.Aggregates, what)
+		require.InDelta(t, 2, r.Seconds, 0.5, what)
+		require.Positive(t, r.Events, what)
+		require.Positive(t, r.Committed, what)
+		require.NotNil(t, r.Lost, what)
+		require.Zero(t, *r.Lost, "%s: lost events", what)
+		require.Zero(t, r.Duplicates, what)
+		require.NotNil(t, r.OutOfOrder, what)
+		require.NotNil(t, r.Latency, what)
+		require.Positive(t, r.Latency.P99, what)
+		require.NotNil(t, r.Cost, what)
+		require.NotNil(t, r.Cost.ClaimsPer1k, what)
+		require.NotNil(t, r.Claim, "%s: claim time", what)
+		require.Positive(t, r.Claim.Mean, what)
+		require.NotNil(t, r.Claim.P99Bound, what)
+		require.NotNil(t, r.Pending, what)
+		require.NotNil(t, r.DeadTuples, what)
+		dead[what] = *r.DeadTuples
+		if r.Phase == "pinned" && r.Window < 3 {
+			pinnedEvents += r.Events
+		}
+	}
+	require.Equal(t, []string{"before 1", "pinned 1", "pinned 2", "pinned 3", "after 1"}, windows)
+	// While the horizon is pinned, every version a relay's update leaves
+	// behind stays: the dead tuples pile up, at least one per event the
+	// relay published (the last window's may not have reached the
+	// statistics yet).
+	require.Greater(t, dead["pinned 3"], dead["pinned 1"], "dead tuples while pinned: %v", dead)
+	require.GreaterOrEqual(t, dead["pinned 3"], pinnedEvents, "dead tuples while pinned: %v", dead)
+
+	h := readBenchRatios(t, jsonPath).Horizon
+	require.NotNil(t, h)
+	require.Equal(t, 1, h.Before)
+	require.Equal(t, 3, h.Window)
+	for name, c := range map[string]*bench.Comparison{"claim mean": h.ClaimMeanMS, "cpu per 1k": h.CPUPer1k, "lag p99": h.LagP99MS} {
+		require.NotNil(t, c, name)
+		require.NotNil(t, c.X, name)
+		require.Positive(t, *c.X, name)
+	}
+	require.NotNil(t, h.PendingBefore)
+	require.NotNil(t, h.PendingPinned)
+}
+
+// readBenchRatios parses the ratios line of one bench run.
+func readBenchRatios(t *testing.T, path string) bench.Ratios {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var l struct {
+			Ratios *bench.Ratios `json:"ratios"`
+		}
+		require.NoError(t, json.Unmarshal(line, &l), "%s", line)
+		if l.Ratios != nil {
+			return *l.Ratios
+		}
+	}
+	t.Fatalf("no ratios line in %s", path)
+	return bench.Ratios{}
+}
+
 // A run that profiles the relay gives it --http-addr through --relay-arg;
 // the claims, the gate's closes and the allocations are then read there.
 func TestBenchReadsTheMetricsWhereRelayArgsServeThem(t *testing.T) {
