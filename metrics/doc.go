@@ -6,9 +6,12 @@
 // publishes. State gauges (connections, the broker's block, readiness) are
 // set by whoever watches that state (package health). Sampler reads the
 // table's gauges (rows by status, the oldest pending event's age, blocked
-// aggregates) on an interval, on one relay at a time: the one holding a
-// PostgreSQL advisory lock. The others export no table gauges, so
-// dashboards and alerts aggregate them with max().
+// aggregates) and what holds back vacuum's horizon for the table (the
+// oldest snapshot or transaction of a session, a prepared transaction, a
+// standby's feedback or a replication slot, by age) on an interval, on one
+// relay at a time: the one holding a PostgreSQL advisory lock. The others
+// export none of these gauges, so dashboards and alerts aggregate them with
+// max().
 //
 // Every name is fixed and documented in README.md (Operations).
 package metrics

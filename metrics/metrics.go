@@ -49,6 +49,7 @@ type Metrics struct {
 	queueUsage prometheus.Gauge
 	sampling   prometheus.Gauge
 	table      *tableCollector
+	horizon    *horizonCollector
 }
 
 // Options configure New.
@@ -136,7 +137,8 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 			Namespace: namespace, Name: "table_sampler",
 			Help: "1 on the relay that samples the table gauges now (one per table at a time).",
 		}),
-		table: newTableCollector(opts.Ordered),
+		table:   newTableCollector(opts.Ordered),
+		horizon: &horizonCollector{},
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
@@ -153,7 +155,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.published, m.retried, m.deadLettered, m.released, m.lag, m.claimDuration, m.publishTime,
 		m.batchEvents, m.connectionUp, m.broker, m.brokerBlocked, m.gateClosed, m.gateCloses, m.ready, m.queueUsage,
-		m.sampling, m.table, build,
+		m.sampling, m.table, m.horizon, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

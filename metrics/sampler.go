@@ -56,14 +56,22 @@ type SamplerConfig struct {
 	Interval time.Duration
 	// Logger receives the sampler's logs. Default: discarded.
 	Logger *slog.Logger
+	// Now tells the time by which the sampler ages the holders of vacuum's
+	// horizon whose transaction start PostgreSQL does not show it (a
+	// standby's feedback, a replication slot, another role's session).
+	// Default time.Now.
+	Now func() time.Time
 }
 
-// Sampler reads the table gauges while it holds the sampling lock, and the
-// notification queue's usage always. Create it with Metrics.Sampler.
+// Sampler reads the table gauges and what holds back vacuum's horizon while
+// it holds the sampling lock, and the notification queue's usage always.
+// Create it with Metrics.Sampler.
 type Sampler struct {
 	cfg SamplerConfig
 	m   *Metrics
 	log *slog.Logger
+	// horizon ages the holders of vacuum's horizon between samples.
+	horizon horizon
 	// lockKey names the table in the sampling lock.
 	lockKey string
 	// settings are the store's statement settings, applied to the
@@ -81,6 +89,9 @@ func (m *Metrics) Sampler(cfg SamplerConfig) (*Sampler, error) {
 		return nil, fmt.Errorf("metrics: SamplerConfig.Interval %s: must not be negative", cfg.Interval)
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, 15*time.Second)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -101,8 +112,10 @@ func (m *Metrics) Sampler(cfg SamplerConfig) (*Sampler, error) {
 // Run samples at once and then every Interval until ctx ends. With a
 // Session, it opens its connection and tries for the sampling lock on it
 // at every interval while it does not hold it; holding it, it samples on
-// that connection until a sample fails (the connection is then closed,
-// which frees the lock for another relay). It returns nil when ctx ends.
+// that connection until a sample of the table fails (the connection is
+// then closed, which frees the lock for another relay). A failed reading
+// of vacuum's horizon only leaves its gauges out until the next. It
+// returns nil when ctx ends.
 func (s *Sampler) Run(ctx context.Context) error {
 	var (
 		conn *pgx.Conn // the session, while open
@@ -113,7 +126,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 			s.close(ctx, conn, held)
 		}
 		s.m.sampling.Set(0)
-		s.m.table.clear()
+		s.clear()
 	}()
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -124,9 +137,12 @@ func (s *Sampler) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		s.queueUsage(ctx)
-		var db claim.DB // where to sample this round, if anywhere
+		var (
+			db      claim.DB // where to sample the table this round, if anywhere
+			horizon querier  // and vacuum's horizon
+		)
 		if s.cfg.Session == nil {
-			db = nil // the store's own
+			db, horizon = nil, s.cfg.Pool // the store's own
 		} else {
 			if conn == nil {
 				conn = s.dial(ctx)
@@ -143,7 +159,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 				t.Reset(s.cfg.Interval)
 				continue
 			}
-			db = claim.NewLocalSettings(conn, s.settings)
+			db, horizon = claim.NewLocalSettings(conn, s.settings), conn
 		}
 		sample, err := s.cfg.Store.Sample(ctx, db)
 		if err != nil {
@@ -156,14 +172,43 @@ func (s *Sampler) Run(ctx context.Context) error {
 				s.close(ctx, conn, false)
 				conn, held = nil, false
 			}
-			s.m.table.clear()
+			s.clear()
 			s.m.sampling.Set(0)
 		} else {
+			// Every gauge of the sample is in place once the sampler
+			// says it samples.
+			s.sampleHorizon(ctx, horizon)
 			s.m.table.set(sample)
 			s.m.sampling.Set(1)
 		}
 		t.Reset(s.cfg.Interval)
 	}
+}
+
+// sampleHorizon reads what holds back vacuum's horizon on db and sets its
+// gauges; if that fails, it logs why and leaves them out until the next
+// sample, rather than export a stale age.
+func (s *Sampler) sampleHorizon(ctx context.Context, db querier) {
+	opCtx, cancel := context.WithTimeout(ctx, s.opTimeout())
+	defer cancel()
+	rows, err := readHorizon(opCtx, db)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("reading what holds back vacuum's horizon failed", "err", err)
+		}
+		s.horizon.reset()
+		s.m.horizon.clear()
+		return
+	}
+	s.m.horizon.set(s.horizon.observe(rows, s.cfg.Now()))
+}
+
+// clear takes the sampled gauges out and forgets the holders seen: a relay
+// that samples no more exports none.
+func (s *Sampler) clear() {
+	s.m.table.clear()
+	s.m.horizon.clear()
+	s.horizon.reset()
 }
 
 // opTimeout bounds one statement of the sampler, or the opening of its

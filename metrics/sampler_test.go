@@ -3,12 +3,14 @@ package metrics_test
 import (
 	"context"
 	"net"
+	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -34,8 +36,9 @@ func startSampler(t *testing.T, dbURL string, interval time.Duration, session bo
 	return startSamplerWith(t, dbURL, interval, session, nil)
 }
 
-// startSamplerWith is startSampler whose session, if any, dials with dial.
-func startSamplerWith(t *testing.T, dbURL string, interval time.Duration, session bool, dial pgconn.DialFunc) *sampler {
+// startSamplerWith is startSampler whose configuration configure changes,
+// if not nil, before the sampler is made.
+func startSamplerWith(t *testing.T, dbURL string, interval time.Duration, session bool, configure func(*metrics.SamplerConfig)) *sampler {
 	t.Helper()
 	pool := testkit.NewPool(t, dbURL)
 	store, err := claim.New(pool, claim.Config{})
@@ -47,9 +50,9 @@ func startSamplerWith(t *testing.T, dbURL string, interval time.Duration, sessio
 	if session {
 		cfg.Session, err = pgx.ParseConfig(dbURL)
 		require.NoError(t, err)
-		if dial != nil {
-			cfg.Session.DialFunc = dial
-		}
+	}
+	if configure != nil {
+		configure(&cfg)
 	}
 	s, err := m.Sampler(cfg)
 	require.NoError(t, err)
@@ -78,6 +81,82 @@ func (s *sampler) gauge(t *testing.T, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// holderAge is one holder's vacuum horizon gauges, as gathered at once.
+type holderAge struct {
+	transactions, seconds float64
+	exported              bool
+}
+
+// horizon gathers the vacuum horizon gauges of holder.
+func (s *sampler) horizon(t *testing.T, holder string) holderAge {
+	t.Helper()
+	families, err := s.reg.Gather()
+	require.NoError(t, err)
+	var (
+		a     holderAge
+		found int
+	)
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "holder" || m.GetLabel()[0].GetValue() != holder {
+				continue
+			}
+			switch f.GetName() {
+			case "outboxrelay_vacuum_horizon_age_transactions":
+				a.transactions = m.GetGauge().GetValue()
+				found++
+			case "outboxrelay_vacuum_horizon_age_seconds":
+				a.seconds = m.GetGauge().GetValue()
+				found++
+			}
+		}
+	}
+	a.exported = found == 2
+	return a
+}
+
+// holdHorizon opens a REPEATABLE READ transaction on dbURL that reads the
+// outbox, so its snapshot holds back vacuum's horizon until end is called,
+// and then has three more transaction IDs consumed, so that age() of its
+// snapshot's xmin is at least 3. It returns the time just after the
+// transaction began, which its xact_start precedes, and the time just
+// before, which it follows.
+func holdHorizon(t *testing.T, dbURL string, pool *pgxpool.Pool) (before, after time.Time, end func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	before = time.Now()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	after = time.Now()
+	var n int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n))
+	for range 3 {
+		testkit.QueryInt(t, pool, `SELECT txid_current()`)
+	}
+	return before, after, func() { require.NoError(t, tx.Commit(ctx)) }
+}
+
+// leastPrivilegeURL creates a role with sql/outboxrelay_role.sql, the
+// relay's least-privilege role, and returns dbURL as that role (trust
+// authentication on 127.0.0.1). The role is dropped when the test ends.
+func leastPrivilegeURL(t *testing.T, dbURL string, pool *pgxpool.Pool) string {
+	t.Helper()
+	role := testkit.UniqueName("sampler_role")
+	t.Cleanup(func() {
+		testkit.Exec(t, pool, `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
+		testkit.Exec(t, pool, `DROP ROLE `+pgx.Identifier{role}.Sanitize())
+	})
+	out, err := exec.Command("psql", dbURL, "-X", "-q", "-v", "role="+role, "-f", "../sql/outboxrelay_role.sql").CombinedOutput()
+	require.NoError(t, err, string(out))
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	u.User = url.User(role)
+	return u.String()
 }
 
 // TestOneRelayAtATimeSamplesTheTable runs two samplers on one table: one
@@ -114,6 +193,8 @@ outboxrelay_outbox_events{status="published"} 0
 	require.Less(t, age, 60.0)
 
 	require.Zero(t, testutil.CollectAndCount(second.reg, "outboxrelay_outbox_events"), "the second relay exports no table gauges")
+	require.Zero(t, testutil.CollectAndCount(second.reg, "outboxrelay_vacuum_horizon_age_seconds"), "nor the vacuum horizon's")
+	require.Equal(t, 5, testutil.CollectAndCount(first.reg, "outboxrelay_vacuum_horizon_age_seconds"), "the first exports them, one per holder")
 	v, _ := second.gauge(t, "outboxrelay_table_sampler")
 	require.Zero(t, v)
 
@@ -124,6 +205,7 @@ outboxrelay_outbox_events{status="published"} 0
 	v, _ = first.gauge(t, "outboxrelay_table_sampler")
 	require.Zero(t, v, "a stopped sampler says it samples no more")
 	require.Zero(t, testutil.CollectAndCount(first.reg, "outboxrelay_outbox_events"))
+	require.Zero(t, testutil.CollectAndCount(first.reg, "outboxrelay_vacuum_horizon_age_transactions"))
 }
 
 // TestWithoutASessionEveryRelaySamples runs two samplers with no session
@@ -169,9 +251,80 @@ func TestASessionSlowerToOpenThanTheIntervalStillSamples(t *testing.T) {
 		}
 		return d.DialContext(ctx, network, addr)
 	}
-	s := startSamplerWith(t, dbURL, interval, true, slow)
+	s := startSamplerWith(t, dbURL, interval, true, func(cfg *metrics.SamplerConfig) { cfg.Session.DialFunc = slow })
 	testkit.WaitFor(t, 10*time.Second, "the sampler to sample", func() bool {
 		v, _ := s.gauge(t, "outboxrelay_table_sampler")
 		return v == 1
+	})
+}
+
+// TestVacuumHorizonGaugesFollowALongTransaction holds a REPEATABLE READ
+// transaction open on the sampled database, as a pg_dump or a report does,
+// while other transactions go on: the sampler reports a backend holding
+// the horizon, aged in transactions and in seconds since the transaction
+// began, and 0 again once it ends.
+func TestVacuumHorizonGaugesFollowALongTransaction(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	const interval = 100 * time.Millisecond
+	s := startSampler(t, dbURL, interval, true)
+	testkit.WaitFor(t, 10*time.Second, "the sampler to find no backend holding the horizon", func() bool {
+		a := s.horizon(t, "backend")
+		return a.exported && a.transactions == 0 && a.seconds == 0
+	})
+	for _, holder := range []string{"prepared_transaction", "standby_feedback", "replication_slot", "replication_slot_catalog"} {
+		require.True(t, s.horizon(t, holder).exported, holder)
+	}
+
+	before, after, end := holdHorizon(t, dbURL, pool)
+	held := s.horizon(t, "backend")
+	testkit.WaitFor(t, 30*time.Second, "the transaction held for 2 s", func() bool {
+		held = s.horizon(t, "backend")
+		return held.transactions >= 3 && held.seconds >= 2
+	})
+	// The gauge is the last sample's: at most an interval old, plus the
+	// time a sample takes on a loaded machine.
+	const tolerance = interval + time.Second
+	require.GreaterOrEqual(t, held.seconds, (time.Since(after) - tolerance).Seconds(), "aged since the transaction began")
+	require.LessOrEqual(t, held.seconds, time.Since(before).Seconds(), "not older than the transaction")
+
+	end()
+	testkit.WaitFor(t, 10*time.Second, "the gauges back to 0", func() bool {
+		a := s.horizon(t, "backend")
+		return a.exported && a.transactions == 0 && a.seconds == 0
+	})
+}
+
+// TestVacuumHorizonAsTheLeastPrivilegeRole samples as the relay's
+// least-privilege role, which sees another role's snapshot but not when its
+// transaction began: the sampler finds the superuser's transaction, ages it
+// by its own clock from the first sample that saw it, and reports 0 once it
+// ends.
+func TestVacuumHorizonAsTheLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	clock := testkit.NewClock()
+	s := startSamplerWith(t, leastPrivilegeURL(t, dbURL, pool), 20*time.Millisecond, true,
+		func(cfg *metrics.SamplerConfig) { cfg.Now = clock.Now })
+	testkit.WaitFor(t, 10*time.Second, "the sampler to sample", func() bool {
+		v, _ := s.gauge(t, "outboxrelay_table_sampler")
+		return v == 1 && s.horizon(t, "backend").exported
+	})
+
+	_, _, end := holdHorizon(t, dbURL, pool)
+	testkit.WaitFor(t, 30*time.Second, "the superuser's transaction seen", func() bool {
+		return s.horizon(t, "backend").transactions >= 3
+	})
+	require.Zero(t, s.horizon(t, "backend").seconds, "aged from the first sample that saw it, by the sampler's clock")
+	clock.Advance(10 * time.Minute)
+	testkit.WaitFor(t, 10*time.Second, "the holder aged by the clock", func() bool {
+		a := s.horizon(t, "backend")
+		return a.transactions >= 3 && a.seconds == 600
+	})
+
+	end()
+	testkit.WaitFor(t, 10*time.Second, "the gauges back to 0", func() bool {
+		a := s.horizon(t, "backend")
+		return a.exported && a.transactions == 0 && a.seconds == 0
 	})
 }

@@ -20,8 +20,8 @@ import (
 // services and watches its /metrics: good events arrive, an unroutable one
 // is retried, one whose exchange is missing and one with malformed headers
 // are dead-lettered, a burst closes the notification gate, a stalled
-// listener fills the notification queue. Each metric the issue names must
-// move.
+// listener fills the notification queue, a long transaction holds back
+// vacuum's horizon. Each metric the issues name must move.
 func TestEveryMetricMovesWithRealDeliveries(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := testkit.NewOutbox(t)
@@ -112,6 +112,25 @@ func TestEveryMetricMovesWithRealDeliveries(t *testing.T) {
 	testkit.AwaitMetrics(t, addr, 30*time.Second, "the notification queue in use", func(m testkit.Metrics) bool {
 		return m.Value("outboxrelay_notification_queue_usage_ratio") > 0
 	})
+
+	// A REPEATABLE READ transaction that has read holds back vacuum's
+	// horizon until it ends, while other transactions go on: the sampling
+	// relay reports a backend holding it, longer than any of its own
+	// claims would.
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close(context.Background()) })
+	tx, err := holder.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM outbox`)
+	require.NoError(t, err)
+	testkit.QueryInt(t, pool, `SELECT txid_current()`)
+	testkit.AwaitMetrics(t, addr, 30*time.Second, "a backend holding vacuum's horizon", func(m testkit.Metrics) bool {
+		return m.Value("outboxrelay_vacuum_horizon_age_transactions", "holder", "backend") >= 1 &&
+			m.Value("outboxrelay_vacuum_horizon_age_seconds", "holder", "backend") >= 1
+	})
+	require.NoError(t, tx.Rollback(ctx))
 }
 
 // fillNotificationQueue LISTENs on a connection that then stays in an open
