@@ -6,6 +6,7 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -13,6 +14,42 @@ import (
 // smallBatch is the room Claim makes for events before it knows how many
 // came; a larger batch grows it.
 const smallBatch = 16
+
+// An ordered claim reads the first pending rows above the floor: at least
+// orderedScanMin times its limit (and orderedScanFloor rows), enough to
+// pass the rows of other claims in flight. Where they are mostly rows of a
+// few aggregates (a deep aggregate written first, its run in flight), a
+// read of all those rows finds fewer heads than the batch holds, or none
+// claimable, and the next claim reads four times as many, up to
+// orderedScanMax times the limit, so the aggregates behind them get their
+// turn; a read that finds heads enough, or runs out of pending rows,
+// halves it again. Reading many rows costs little while few are pending,
+// and is what a backlog of one aggregate's held-back rows needs.
+const (
+	orderedScanMin   = 4
+	orderedScanMax   = 64
+	orderedScanFloor = 64
+)
+
+// orderedScan is how many pending rows the next ordered claim of up to
+// limit events reads, and learns from what it got.
+type orderedScan struct{ rows atomic.Int64 }
+
+func (o *orderedScan) next(limit int) int64 {
+	lo, hi := int64(max(orderedScanMin*limit, orderedScanFloor)), int64(max(orderedScanMax*limit, orderedScanFloor))
+	return min(max(o.rows.Load(), lo), hi)
+}
+
+// observe learns from a claim that read rows and took got events; heads
+// is how many heads it found if it read all of them, -1 if it read fewer
+// (none are left beyond), and 0 if it took nothing (it says nothing).
+func (o *orderedScan) observe(limit, got int, read int64, heads int64) {
+	if got == 0 || (heads >= 0 && heads < int64(limit)) {
+		o.rows.Store(read * 4)
+	} else {
+		o.rows.Store(read / 2)
+	}
+}
 
 // Claim leases up to limit claimable events, oldest first, and no more of
 // them than fit in Config.MaxBatchBytes (but at least one). An empty batch
@@ -48,9 +85,17 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	}
 	args := []any{limit, s.cfg.Lease.Milliseconds(), lease, s.cfg.MaxBatchBytes}
 	ordered := s.cfg.Ordering == OrderAggregate
-	if ordered {
+	var scan int64  // ordered: the pending rows the claim reads
+	var heads int64 // ordered: the heads a full read found, -1 if not full
+	switch {
+	case ordered && s.cfg.OrderedDesign == DesignDistinct:
 		args = append(args, s.cursor.Load(), s.depth.heads(limit))
-	} else {
+	case ordered:
+		// Every parked row, due or not: one not due holds its aggregate.
+		floor, parked := s.floorAndParked()
+		scan = s.scan.next(limit)
+		args = append(args, floor, scan, parked)
+	default:
 		args = append(args, s.floor.at.Load(), s.dueParked(limit))
 	}
 	rows, err := s.claimRows(ctx, published, args)
@@ -84,7 +129,12 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		e := r.event()
-		if r.cursor.Valid {
+		switch {
+		case scan > 0 && r.cursor.Valid:
+			heads = r.cursor.Int64
+		case scan > 0:
+			heads = -1
+		case r.cursor.Valid:
 			s.cursor.Store(r.cursor.Int64)
 		}
 		batchMore = batchMore || r.more
@@ -132,6 +182,9 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	if ordered {
 		more = batchMore
 		s.depth.observe(limit, keys)
+		if scan > 0 {
+			s.scan.observe(limit, len(events)+len(overflow), scan, heads)
+		}
 	}
 	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease, More: more}, nil
 }

@@ -285,3 +285,86 @@ func TestCleanupStartsWhereItGotTo(t *testing.T) {
 	t.Logf("buffers read by cleanup: %d from the oldest row, %d from where it got to", fromStart, fromCursor)
 	require.Greater(t, fromStart, 20*fromCursor)
 }
+
+// Ordered claims read from the floor too: with vacuum held back and every
+// aggregate's earlier rows published, a claim reads a handful of pages
+// from the floor, where from the head (the floor at 0) it walks every
+// aggregate's published rows.
+func TestOrderedClaimFromTheFloorSkipsPublishedRows(t *testing.T) {
+	t.Parallel()
+	s, pool := newOrderedStore(t, claim.Config{})
+	testkit.Exec(t, pool, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
+	pin(t, pool)
+	for range 10 {
+		insertAggregates(t, pool, 100, 10)
+		publishAll(t, s)
+	}
+	advanceTo(t, s, 10000)
+	insertAggregates(t, pool, 100, 1)
+
+	explain := "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claim.Statements(s)["claim"]
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck // only plans
+	fromHead := buffers(t, planOf(t, tx, explain, 500, 30000, claim.LeaseID{}, 16<<20, 0, 2000, []int64{}))
+	fromFloor := buffers(t, planOf(t, tx, explain, 500, 30000, claim.LeaseID{}, 16<<20, s.Floor(), 2000, []int64{}))
+	t.Logf("buffers read by an ordered claim: %d from the head, %d from the floor", fromHead, fromFloor)
+	require.Greater(t, fromHead, 3*fromFloor)
+}
+
+// A parked row below the floor still heads its aggregate: while it backs
+// off, the aggregate's later rows above the floor wait; once it is due, it
+// goes first.
+func TestParkedRowBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
+	t.Parallel()
+	s, pool := newOrderedStore(t, claim.Config{RetryMin: 700 * time.Millisecond, RetryMax: 700 * time.Millisecond, Jitter: func() float64 { return 0.5 }})
+	ctx := context.Background()
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'first', '{}')`)
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 1)
+	_, err = s.Retry(ctx, b.Lease, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: context.Canceled}})
+	require.NoError(t, err)
+	insertAggregates(t, pool, 50, 2) // other aggregates, published past it
+	publishAll(t, s)
+	advanceTo(t, s, 101)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'second', '{}')`)
+
+	b, err = s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, b.Events, "the aggregate's second event went while its first backs off below the floor")
+	var got []string
+	testkit.WaitFor(t, 10*time.Second, "the aggregate's events, first then second", func() bool {
+		b, err := s.Claim(ctx, 10)
+		require.NoError(t, err)
+		for _, e := range b.Events {
+			got = append(got, e.EventType)
+		}
+		return len(got) >= 2
+	})
+	require.Equal(t, []string{"first", "second"}, got)
+}
+
+// A dead letter below the floor holds its aggregate back under the block
+// policy, though the floor went past it (it is not pending): the failed
+// rows' index by aggregate tells.
+func TestDeadLetterBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
+	t.Parallel()
+	s, pool := newOrderedStore(t, claim.Config{})
+	ctx := context.Background()
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status)
+		VALUES ('order', 'a', 'dead', '{}', 'failed')`)
+	insertAggregates(t, pool, 50, 2)
+	publishAll(t, s)
+	advanceTo(t, s, 101)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'after', '{}')`)
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, b.Events, "an event went past its aggregate's dead letter")
+
+	cont, err := claim.New(pool, claim.Config{Ordering: claim.OrderAggregate, OrderedDeadLetter: claim.DeadLetterContinue})
+	require.NoError(t, err)
+	b, err = cont.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 1, "under the continue policy a dead letter holds nothing back")
+}

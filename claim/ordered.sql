@@ -2,38 +2,133 @@
 -- queries.sql; {{key "p"}} lists the ordering key's columns of alias p,
 -- {{keyAs "p"}} the same named k0, k1, …, {{keyOf "h"}} those names of
 -- alias h, and {{size "p"}} the stored size of a row's payload and headers.
--- {{.Blocking}} are the statuses that hold an aggregate back: pending, and
--- failed under the block policy.
 --
--- An aggregate's head is its first row, by id, of a blocking status. An
--- aggregate is claimable only while its head is pending and due
--- (available_at <= now()): a head that is leased, backing off or
--- dead-lettered (block policy) blocks its aggregate with no state beyond
+-- An aggregate's head is its first row, by id, that is pending or, under
+-- the block policy, failed. An aggregate is claimable only while its head
+-- is pending and due (available_at <= now()): a head that is leased,
+-- backing off or dead-lettered blocks its aggregate with no state beyond
 -- the rows themselves. From each claimable head the claim takes a run of
 -- the aggregate's consecutive due rows; the relay publishes a run one event
 -- at a time, each once its predecessor is confirmed.
 --
+-- The claim reads no row below the floor but the parked ones (floor.go), so
+-- it walks none of the index entries that published rows leave behind
+-- while vacuum is held back. Every pending row below the floor is parked,
+-- so the candidates (the first pending rows above the floor, and every
+-- parked row) hold each of their aggregates' pending rows from the
+-- aggregate's first on: an aggregate's first candidate is its head, unless
+-- a dead letter comes before it, which the failed rows' own index (by
+-- aggregate, then id) tells with one descent.
+--
+-- The planner takes each step below for a row or two, however many it
+-- holds: where two steps meet, they meet through an array, never a join,
+-- which it would make a nested loop over hundreds of rows each.
+--
 -- Steps:
---   heads  the claimable heads, at most $6 (design below): $1 while
---          aggregates are shallow; fewer, with longer runs, while they
---          are deep (the store's depth gauge);
---   runs   each head and up to ceil($1 / heads) - 1 more rows of its
---          aggregate, through the ordering index;
---   cut    each run up to its first row that is not due;
---   locked FOR UPDATE SKIP LOCKED on what is left (PostgreSQL refuses FOR
---          UPDATE beside DISTINCT or window functions, so the lock is taken
---          here, a level above the choice). A row changed by a claim that
+--   cand   the first $6 pending rows above the floor, and every parked row;
+--   ranked each aggregate's candidates in id order, with its first (its
+--          head, when the aggregate has no dead letter before it) and
+--          whether every one up to it is due;
+--   runs   the rows whose head and predecessors are due and, under the
+--          block policy, with no dead letter of their aggregate before
+--          them, rank by rank up to twice the batch;
+--   locked FOR UPDATE SKIP LOCKED on the runs (PostgreSQL refuses FOR
+--          UPDATE beside window functions, so the lock is taken here, a
+--          level above the choice). A row changed by a claim that
 --          committed meanwhile is re-checked and dropped;
 --   kept   of each run, the prefix this claim locked: a run whose head
 --          another claim holds is dropped whole;
 --   sized  the count and byte budgets, filled rank by rank (the first event
---          of every run, then the second, …) so a batch spans as many
---          aggregates as it can.
--- It returns each row with its key as text and, in every row, the cursor
--- (the last head's id, where the next claim's walk starts) and "more":
--- whether claimable heads are left beyond the batch.
+--          of every run, oldest aggregates first, then the second, …) so a
+--          batch spans as many aggregates as it can.
+-- It returns each row with its key as text and, in every row, in the
+-- column where the distinct design returns its cursor, how many heads the
+-- read found if it read all of its $6 rows, and whether the claim left
+-- claimable rows beyond the batch ("more").
 
 -- name: claim_ordered
+-- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
+-- $5 the floor, $6 how many pending rows above it to read, $7 every parked
+-- row (due or not: a parked row not due blocks its aggregate).
+WITH
+cand AS (
+    SELECT * FROM (
+        SELECT p.{{.ID}} AS id, {{keyAs "p"}}, p.{{.AvailableAt}} <= now() AS ready, {{size "p"}} AS size
+        FROM {{.Table}} AS p
+        WHERE p.{{.Status}} = {{.Pending}} AND p.{{.ID}} > $5
+        ORDER BY p.{{.ID}}
+        LIMIT $6) AS above
+    UNION ALL
+    -- The parked rows, through the primary key ((…) IS TRUE: queries.sql).
+    SELECT p.{{.ID}}, {{keyAs "p"}}, p.{{.AvailableAt}} <= now(), {{size "p"}}
+    FROM {{.Table}} AS p
+    WHERE p.{{.ID}} = ANY ($7::bigint[]) AND (p.{{.Status}} = {{.Pending}}) IS TRUE
+),
+ranked AS (
+    SELECT c.*, row_number() OVER w AS rank, bool_and(c.ready) OVER w AS ok, first_value(c.id) OVER w AS head
+    FROM cand AS c
+    WINDOW w AS (PARTITION BY {{keyOf "c"}} ORDER BY c.id)
+),
+runs AS (
+    SELECT * FROM (
+        SELECT r.id, r.head, r.rank, r.size, row_number() OVER (ORDER BY r.rank, r.head) AS pos
+        FROM ranked AS r
+        WHERE r.ok
+        {{- if .BlockFailed}}
+          AND NOT EXISTS (
+            SELECT 1 FROM {{.Table}} AS b
+            WHERE ({{key "b"}}) = ({{keyOf "r"}}) AND b.{{.Status}} = {{.Failed}} AND b.{{.ID}} < r.id)
+        {{- end}}) AS o
+    -- Room for twice the batch, in the order it is filled: rows another
+    -- claim holds are skipped, and a batch does not lock what it cannot take.
+    WHERE pos <= 2 * $1
+),
+locked AS (
+    SELECT t.{{.ID}} AS id FROM {{.Table}} AS t
+    WHERE t.{{.ID}} = ANY (ARRAY (SELECT id FROM runs))
+      AND (t.{{.Status}} = {{.Pending}}) IS TRUE AND t.{{.AvailableAt}} <= now()
+    FOR UPDATE SKIP LOCKED
+),
+kept AS (
+    -- Of each run, the prefix this claim locked. The runs and the locks
+    -- meet through an array, not a join: the planner takes each for a row
+    -- or two and would join them in a nested loop over hundreds.
+    SELECT id, head, rank, size FROM (
+        SELECT r.*, row_number() OVER (PARTITION BY r.head ORDER BY r.rank) AS got
+        FROM runs AS r
+        WHERE r.id = ANY (ARRAY (SELECT id FROM locked))) AS k
+    WHERE got = rank
+),
+sized AS (
+    SELECT id, rank, n <= $1 AND (n = 1 OR upto <= $4) AS taken FROM (
+        SELECT id, rank, row_number() OVER w AS n, sum(size) OVER w AS upto
+        FROM kept
+        WINDOW w AS (ORDER BY rank, head)) AS s
+)
+UPDATE {{.Table}} AS o SET
+    {{.AvailableAt}} = now() + $2 * interval '1 millisecond',
+    {{.LeaseID}} = $3,
+    {{.Attempts}} = o.{{.Attempts}} + 1
+WHERE o.{{.ID}} = ANY (ARRAY (SELECT id FROM sized WHERE taken))
+RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
+    o.{{.EventType}}::text, o.{{.Payload}}::text, o.{{.Headers}}::text, o.{{.Exchange}}::text,
+    o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}},
+    -- The cursor's place: how many heads a full read found (NULL when the
+    -- read came back short of $6 rows: no more are pending); then "more",
+    -- a head left out of the batch, which another claim can take.
+    ROW({{key "o"}})::text,
+    CASE WHEN (SELECT count(*) FROM cand) >= $6 THEN (SELECT count(*) FROM ranked WHERE rank = 1 AND ready) END,
+    EXISTS (SELECT 1 FROM sized WHERE rank = 1 AND NOT taken);
+
+-- The distinct design (Config.OrderedDesign "distinct"), seed 003's
+-- approach B, kept for the benchmark that compares it: DISTINCT ON picks
+-- every aggregate's head out of all blocking rows, from the head of the
+-- ordering index. {{.Blocking}} are the statuses that hold an aggregate
+-- back: pending, and failed under the block policy. Its steps after the
+-- heads are the ones of the walk this file held before the claim above;
+-- it returns the same columns, with the last head's id as the cursor.
+
+-- name: claim_ordered_distinct
 -- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
 -- $5 cursor (a row id; 0 or a deleted row starts from the first key),
 -- $6 the most heads to take (at most $1).
@@ -41,7 +136,7 @@ WITH RECURSIVE
 start AS (
     SELECT {{keyAs "s"}} FROM {{.Table}} AS s WHERE s.{{.ID}} = $5::bigint
 ),
-{{- if eq .Design "distinct"}}
+
 -- Seed 003's approach B: DISTINCT ON picks every aggregate's head out of
 -- all blocking rows; the oldest claimable heads go first.
 heads AS (
@@ -60,59 +155,7 @@ heads AS (
 more AS (
     SELECT count(*) >= $6 AS more FROM heads
 ),
-{{- else}}
--- The key walk: a loose index scan over the ordering index that visits one
--- aggregate per step, from the key after the cursor's round the table and
--- back to it, so every aggregate gets its turn (round robin) whatever its
--- backlog. It stops as soon as it has found $6 claimable heads: a claim
--- costs one index descent per aggregate it passes, never one per row.
-walk AS (
-    (SELECT x.* FROM (
-        (SELECT {{keyAs "p"}}, p.{{.ID}} AS id,
-            p.{{.Status}} = {{.Pending}} AND p.{{.AvailableAt}} <= now() AS ready,
-            {{size "p"}} AS size, false AS wrapped, 1 AS n
-         FROM {{.Table}} AS p
-         WHERE p.{{.Status}} IN ({{.Blocking}}) AND ({{key "p"}}) > (SELECT {{keyOf "start"}} FROM start)
-         ORDER BY {{key "p"}}, p.{{.ID}} LIMIT 1)
-        UNION ALL
-        (SELECT {{keyAs "p"}}, p.{{.ID}},
-            p.{{.Status}} = {{.Pending}} AND p.{{.AvailableAt}} <= now(), {{size "p"}}, true, 1
-         FROM {{.Table}} AS p
-         WHERE p.{{.Status}} IN ({{.Blocking}})
-         ORDER BY {{key "p"}}, p.{{.ID}} LIMIT 1)
-        LIMIT 1) AS x)
-    UNION ALL
-    SELECT x.* FROM walk AS w CROSS JOIN LATERAL (
-        (SELECT {{keyAs "p"}}, p.{{.ID}} AS id,
-            p.{{.Status}} = {{.Pending}} AND p.{{.AvailableAt}} <= now() AS ready,
-            {{size "p"}} AS size, w.wrapped, w.n + 1 AS n
-         FROM {{.Table}} AS p
-         WHERE p.{{.Status}} IN ({{.Blocking}}) AND ({{key "p"}}) > ({{keyOf "w"}})
-         ORDER BY {{key "p"}}, p.{{.ID}} LIMIT 1)
-        UNION ALL
-        (SELECT {{keyAs "p"}}, p.{{.ID}},
-            p.{{.Status}} = {{.Pending}} AND p.{{.AvailableAt}} <= now(), {{size "p"}}, true, w.n + 1
-         FROM {{.Table}} AS p
-         WHERE NOT w.wrapped AND p.{{.Status}} IN ({{.Blocking}})
-         ORDER BY {{key "p"}}, p.{{.ID}} LIMIT 1)
-        LIMIT 1) AS x
-    WHERE NOT coalesce(x.wrapped AND ({{keyOf "x"}}) > (SELECT {{keyOf "start"}} FROM start), false)
-),
-heads AS (
-    SELECT * FROM walk WHERE ready LIMIT $6
-),
--- Whether the walk finds another claimable head within a short stretch
--- ($1 / 4 + 1 aggregates) past the batch's last: only then is another
--- worker's claim worth its walk. A walk that ran out short of $6 heads
--- has nothing more to give.
-more AS (
-    SELECT coalesce((
-        SELECT w.ready FROM walk AS w
-        WHERE w.n > (SELECT max(n) FROM heads)
-          AND (w.ready OR w.n >= (SELECT max(n) FROM heads) + $1 / 4 + 1)
-        LIMIT 1), false) AS more
-),
-{{- end}}
+
 runs AS (
     -- The head itself, then the rest of its run: with as many heads as the
     -- batch takes, the run is the head alone, and LIMIT 0 reads nothing.

@@ -141,13 +141,13 @@ func TestOrderedCheckNeedsTheIndex(t *testing.T) {
 }
 
 // TestOrderedClaimTakesLongerRunsOnceAggregatesProveDeep follows the depth
-// gauge: while claims take a head per aggregate, the batch spans as many
-// aggregates as it holds; once the same aggregates come back within a few
-// claims (they have more events), claims take a quarter of the heads, each
-// with a run of up to four events.
+// gauge of the distinct design: while claims take a head per aggregate,
+// the batch spans as many aggregates as it holds; once the same aggregates
+// come back within a few claims (they have more events), claims take a
+// quarter of the heads, each with a run of up to four events.
 func TestOrderedClaimTakesLongerRunsOnceAggregatesProveDeep(t *testing.T) {
 	t.Parallel()
-	s, pool := newOrderedStore(t, claim.Config{})
+	s, pool := newOrderedStore(t, claim.Config{OrderedDesign: claim.DesignDistinct})
 	insertAggregates(t, pool, 200, 10)
 	ctx := context.Background()
 	claimAndPublish := func() claim.Batch {

@@ -3,6 +3,13 @@
 -- literal; values are always parameters. The IN-list of ids is written as
 -- = ANY (ARRAY (subquery)) so the planner keeps the index path on a large
 -- table instead of a hash join over all of it.
+--
+-- Where rows are found by their ids, a test of their status is written
+-- (status = …) IS TRUE: the planner cannot then take a partial index on
+-- the status for the lookup, and uses the primary key. A partial index
+-- whose columns lead with others (the ordering index) can only filter the
+-- ids, reading all of it, including, while a long transaction holds back
+-- vacuum, every entry of every row published since.
 
 -- name: claim
 -- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
@@ -25,7 +32,7 @@ WHERE {{.ID}} = ANY (ARRAY (
         FROM (
             SELECT * FROM (
                 SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
-                WHERE {{.ID}} = ANY ($6::bigint[]) AND {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now()
+                WHERE {{.ID}} = ANY ($6::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE AND {{.AvailableAt}} <= now()
                 FOR UPDATE SKIP LOCKED) AS parked
             UNION ALL
             SELECT * FROM (
@@ -46,14 +53,14 @@ UPDATE {{.Table}} SET
     {{.Status}} = {{.Published}},
     {{.PublishedAt}} = now(),
     {{.LeaseID}} = NULL
-WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
+WHERE {{.ID}} = ANY ($1::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE;
 
 -- name: delete_confirmed
 -- $1 ids. The mark under Config.DeleteConfirmed: the row of a confirmed
 -- event is deleted instead of kept as published. As for mark_published,
 -- any confirmed publish counts, even one whose lease expired meanwhile.
 DELETE FROM {{.Table}}
-WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
+WHERE {{.ID}} = ANY ($1::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE;
 
 -- name: retry
 -- $1 ids, $2 new statuses, $3 delays in milliseconds, $4 errors, $5 lease id.
@@ -63,14 +70,14 @@ UPDATE {{.Table}} AS o SET
     {{.LastError}} = f.error,
     {{.LeaseID}} = NULL
 FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[]) AS f (id, status, delay_ms, error)
-WHERE o.{{.ID}} = f.id AND o.{{.LeaseID}} = $5 AND o.{{.Status}} = {{.Pending}};
+WHERE o.{{.ID}} = f.id AND o.{{.LeaseID}} = $5 AND (o.{{.Status}} = {{.Pending}}) IS TRUE;
 
 -- name: extend
 -- $1 ids, $2 lease id, $3 lease in milliseconds. Renews a claim still in
 -- flight; rows settled meanwhile no longer carry the lease.
 UPDATE {{.Table}} SET
     {{.AvailableAt}} = now() + $3 * interval '1 millisecond'
-WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND {{.Status}} = {{.Pending}};
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND ({{.Status}} = {{.Pending}}) IS TRUE;
 
 -- name: release
 -- $1 ids, $2 lease id. The attempt did not happen: give it back.
@@ -78,7 +85,7 @@ UPDATE {{.Table}} SET
     {{.AvailableAt}} = now(),
     {{.LeaseID}} = NULL,
     {{.Attempts}} = greatest({{.Attempts}} - 1, 0)
-WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND {{.Status}} = {{.Pending}};
+WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.LeaseID}} = $2 AND ({{.Status}} = {{.Pending}}) IS TRUE;
 
 -- name: delete_published
 -- $1 retention in milliseconds, $2 batch size, $3 where to start: the
@@ -114,7 +121,7 @@ LIMIT $2;
 -- read through the primary key.
 SELECT {{.ID}}, extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000
 FROM {{.Table}}
-WHERE {{.ID}} = ANY ($1::bigint[]) AND {{.Status}} = {{.Pending}};
+WHERE {{.ID}} = ANY ($1::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE;
 
 -- name: sweep
 -- $1, $2 an id range below the floor. Its pending rows, with milliseconds
@@ -146,12 +153,12 @@ FROM {{.Table}} LIMIT 0;
 -- when the CASE reaches it).
 SELECT
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3)
-        + (SELECT count(*) FROM {{.Table}} WHERE {{.ID}} = ANY ($4::bigint[]) AND {{.Status}} = {{.Pending}}),
+        + (SELECT count(*) FROM {{.Table}} WHERE {{.ID}} = ANY ($4::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE),
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Failed}}),
     (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass),
     coalesce(extract(epoch FROM clock_timestamp() - coalesce(
         (SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
-         WHERE {{.ID}} = ANY ($4::bigint[]) AND {{.Status}} = {{.Pending}} ORDER BY {{.ID}} LIMIT 1),
+         WHERE {{.ID}} = ANY ($4::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE ORDER BY {{.ID}} LIMIT 1),
         (SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
          WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3 ORDER BY {{.ID}} LIMIT 1))), 0)::float8,
     CASE WHEN $2::bool THEN (SELECT count(*) FROM (

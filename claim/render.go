@@ -38,9 +38,13 @@ func render(cfg Config) (queries, error) {
 		"Failed":    literal(cfg.Statuses.Failed),
 		"Blocking":  literal(cfg.Statuses.Pending),
 		"Design":    cfg.OrderedDesign,
+		// BlockFailed (non-empty: true) says a dead letter holds its
+		// aggregate back.
+		"BlockFailed": "",
 	}
 	if cfg.OrderedDeadLetter == DeadLetterBlock {
 		data["Blocking"] += ", " + literal(cfg.Statuses.Failed)
+		data["BlockFailed"] = "true"
 	}
 	for _, col := range cfg.Columns.named() {
 		data[col[0]] = pgx.Identifier{col[1]}.Sanitize()
@@ -93,6 +97,9 @@ func render(cfg Config) (queries, error) {
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]
+		if cfg.OrderedDesign == DesignDistinct {
+			q.claim = named["claim_ordered_distinct"]
+		}
 	}
 	if cfg.DeleteConfirmed {
 		q.markPublished = named["delete_confirmed"]

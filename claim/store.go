@@ -121,8 +121,11 @@ type Store struct {
 	// cursor is where the next ordered claim's key walk starts: the id of
 	// the last aggregate head the previous one chose.
 	cursor atomic.Int64
-	// depth chooses how many aggregates an ordered claim takes.
+	// depth chooses how many aggregates an ordered claim of the distinct
+	// design takes; scan how many pending rows one of the default design
+	// reads.
 	depth depthGauge
+	scan  orderedScan
 	// seq is the id column's sequence, once LastInsertID has found it.
 	seqMu sync.Mutex
 	seq   *string

@@ -284,7 +284,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		}
 	}
 
-	if !cc.Ordered() {
+	if cc.OrderedDesign != claim.DesignDistinct {
 		rc.Floor = store
 	}
 	rc.Logger = log
