@@ -20,7 +20,9 @@
 --     calls outboxrelay_notify() (the migrations' outbox_notify, say) is
 --     updated in place, keeping its name and enabled state, instead;
 --   * the gate sequence (TABLE_wakeup) that relays also set for the
---     triggers of earlier versions.
+--     triggers of earlier versions;
+--   * autovacuum scale factors of a hundredth, unless the table has its
+--     own (migrations/008_outbox_autovacuum.sql says why).
 --
 -- Variables (-v name=value), with their defaults:
 --   table              (required) the table's name
@@ -186,6 +188,15 @@ BEGIN
                 RAISE EXCEPTION 'outboxrelay: ordering_key column %.% does not exist', tbl, key_cols[i];
             END IF;
         END LOOP;
+    END IF;
+
+    -- Autovacuum by the hundredth part, as the migrations set it for their
+    -- table (migrations/008_outbox_autovacuum.sql says why), unless the
+    -- table has a vacuum scale factor of its own.
+    IF NOT EXISTS (SELECT 1 FROM pg_class AS c, unnest(c.reloptions) AS o
+                    WHERE c.oid = rel AND o LIKE 'autovacuum_vacuum_scale_factor=%') THEN
+        EXECUTE format('ALTER TABLE %s SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02)', rel);
+        RAISE NOTICE 'outboxrelay: autovacuum scale factors set';
     END IF;
 
     -- Definitions are compared as PostgreSQL prints them, so an index or a
