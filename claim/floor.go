@@ -88,6 +88,7 @@ type floor struct {
 	sweepTo   int64                // where it stops; 0 when none runs
 	lastSweep time.Time            // when the last sweep began
 	lastCheck time.Time            // when the parked rows were last reread
+	held      bool                 // a leased row holds the floor, not yet parked
 }
 
 // Floor reports where claims start: every row at or below it is settled or
@@ -127,11 +128,12 @@ func (s *Store) floorAndParked() (int64, []int64) {
 }
 
 // Unsettled reports whether Advance has work left that no claim brings:
-// parked rows to reread, a sweep under way, a frontier move to finish.
+// parked rows to reread, a sweep under way, a frontier move to finish, a
+// leased row holding the floor until it is parked.
 func (s *Store) Unsettled() bool {
 	s.floor.mu.Lock()
 	defer s.floor.mu.Unlock()
-	return len(s.floor.parked) > 0 || s.floor.sweepTo > 0 || s.floor.round.active
+	return len(s.floor.parked) > 0 || s.floor.sweepTo > 0 || s.floor.round.active || s.floor.held
 }
 
 // Rescan starts a sweep of the pending index below the floor, for rows
@@ -334,6 +336,7 @@ func (s *Store) raiseFloor(ctx context.Context) error {
 	// With nothing pending up to the frontier, the floor goes there; a row
 	// that stops it keeps the floor just below it.
 	to, stopped := f.frontier, false
+	f.held = false
 	for _, h := range heads {
 		if h.id > f.frontier {
 			stopped = true
@@ -355,6 +358,10 @@ func (s *Store) raiseFloor(ctx context.Context) error {
 		}
 		if !park || len(f.parked) >= maxParked {
 			to, stopped = h.id-1, true
+			// A leased row holds the floor until it is parked: Advance
+			// has work left, which no claim may bring (its relay may be
+			// gone, and nothing else due).
+			f.held = h.lease.Valid && h.dueMS > 0
 			break
 		}
 		if f.parked == nil {
