@@ -184,9 +184,12 @@ const (
 	parkCheckEvery = time.Second
 )
 
-// unpark forgets parked rows a claim took.
+// unpark forgets parked rows a claim took. In ordered mode it keeps them:
+// a row in flight below the floor heads its aggregate as a parked one does,
+// and holds it back from the store's other claims until it settles (the
+// reread of the parked rows forgets it then).
 func (s *Store) unpark(events []Event) {
-	if s.floor.at.Load() == 0 {
+	if s.floor.at.Load() == 0 || s.cfg.Ordering == OrderAggregate {
 		return
 	}
 	s.floor.mu.Lock()

@@ -368,3 +368,32 @@ func TestDeadLetterBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, b.Events, 1, "under the continue policy a dead letter holds nothing back")
 }
+
+// A parked head that a claim takes stays its aggregate's head while it is
+// in flight: the store's next claim (another worker's) must not take the
+// aggregate's later rows above the floor.
+func TestClaimedParkedHeadHoldsItsAggregateWhileInFlight(t *testing.T) {
+	t.Parallel()
+	s, pool := newOrderedStore(t, claim.Config{RetryMin: 300 * time.Millisecond, RetryMax: 300 * time.Millisecond, Jitter: func() float64 { return 0.5 }})
+	ctx := context.Background()
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'first', '{}')`)
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	_, err = s.Retry(ctx, b.Lease, []claim.Failure{{ID: b.Events[0].ID, Attempts: 1, Err: context.Canceled}})
+	require.NoError(t, err)
+	insertAggregates(t, pool, 50, 2)
+	publishAll(t, s)
+	advanceTo(t, s, 101)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'second', '{}')`)
+
+	var first claim.Batch
+	testkit.WaitFor(t, 10*time.Second, "the parked head claimed when due", func() bool {
+		first, err = s.Claim(ctx, 1)
+		require.NoError(t, err)
+		return len(first.Events) == 1
+	})
+	require.Equal(t, "first", first.Events[0].EventType)
+	second, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, second.Events, "the aggregate's second event was claimed while its first is in flight")
+}
