@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -34,8 +35,7 @@ func TestRequeuedEventIsPublishedAtOnce(t *testing.T) {
 	late := testkit.UniqueName("outboxrelay_late")
 	r := startRelay(t, relayEnv(dbURL, exchange, "OUTBOX_MAX_ATTEMPTS=1", "OUTBOX_POLL_INTERVAL=1h"))
 	testkit.WaitFor(t, 30*time.Second, "the relay listening", func() bool {
-		return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND application_name = 'outboxrelay-listener' AND query LIKE 'listen %'`) == 1
+		return testkit.ListenLocks(t, pool, notify.ListenLockClass) == 1
 	})
 
 	var id int64

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
@@ -228,8 +229,7 @@ func TestHostileNamesCannotInjectSQL(t *testing.T) {
 	r := startRelay(t, relayEnv(dbURL, exchange), "--no-migrate", "--table="+schema+"."+table,
 		"--channel="+channel, "--poll-interval=1h")
 	testkit.WaitFor(t, 10*time.Second, "the relay listening", func() bool {
-		return testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND application_name = 'outboxrelay-listener' AND query LIKE 'listen %'`) == 1
+		return testkit.ListenLocks(t, pool, notify.ListenLockClass) == 1
 	})
 	testkit.Exec(t, pool, `INSERT INTO `+pgx.Identifier{schema, table}.Sanitize()+` (aggregate_type, aggregate_id, event_type, payload)
 		SELECT 'order', i::text, 'created', '{}' FROM generate_series(1, 20) i`)
