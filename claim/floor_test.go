@@ -369,6 +369,44 @@ func TestDeadLetterBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
 	require.Len(t, b.Events, 1, "under the continue policy a dead letter holds nothing back")
 }
 
+// A dead letter set back to pending (as requeue does, keeping its last
+// error) lies below the floor, unparked until a rescan: under either
+// policy, it holds back its aggregate's later rows above the floor
+// meanwhile, and once the rescan parks it, it goes first.
+func TestRequeuedDeadLetterBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []claim.DeadLetterPolicy{claim.DeadLetterBlock, claim.DeadLetterContinue} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			s, pool := newOrderedStore(t, claim.Config{OrderedDeadLetter: policy})
+			ctx := context.Background()
+			var dead int64
+			require.NoError(t, pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, status, attempts, last_error)
+				VALUES ('order', 'a', 'first', '{}', 'failed', 25, 'exchange not found') RETURNING id`).Scan(&dead))
+			insertAggregates(t, pool, 50, 2)
+			publishAll(t, s)
+			advanceTo(t, s, 101)
+			testkit.Exec(t, pool, `UPDATE outbox SET status = 'pending', attempts = 0, available_at = now(), lease_id = NULL
+				WHERE id = $1`, dead)
+			testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'second', '{}')`)
+
+			b, err := s.Claim(ctx, 10)
+			require.NoError(t, err)
+			require.Empty(t, b.Events, "the aggregate's second event went before its requeued first")
+
+			s.Rescan()
+			require.NoError(t, s.Advance(ctx))
+			b, err = s.Claim(ctx, 10)
+			require.NoError(t, err)
+			got := []string{}
+			for _, e := range b.Events {
+				got = append(got, e.EventType)
+			}
+			require.Equal(t, []string{"first", "second"}, got)
+		})
+	}
+}
+
 // A parked head that a claim takes stays its aggregate's head while it is
 // in flight: the store's next claim (another worker's) must not take the
 // aggregate's later rows above the floor.

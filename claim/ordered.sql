@@ -18,7 +18,10 @@
 -- parked row) hold each of their aggregates' pending rows from the
 -- aggregate's first on: an aggregate's first candidate is its head, unless
 -- a dead letter comes before it, which the failed rows' own index (by
--- aggregate, then id) tells with one descent.
+-- aggregate, then id) tells with one descent. A dead letter that a requeue
+-- (or a hand) sets back to pending lies below the floor, unparked until
+-- the relays' rescan: it keeps its last error, so the same index finds it
+-- and it holds its aggregate back meanwhile.
 --
 -- The planner takes each step below for a row or two, however many it
 -- holds: where two steps meet, they meet through an array, never a join,
@@ -29,9 +32,10 @@
 --   ranked each aggregate's candidates in id order, with its first (its
 --          head, when the aggregate has no dead letter before it) and
 --          whether every one up to it is due;
---   runs   the rows whose head and predecessors are due and, under the
---          block policy, with no dead letter of their aggregate before
---          them, rank by rank up to twice the batch;
+--   runs   the rows whose head and predecessors are due, with no row of
+--          their aggregate before them that a publish failed (a dead
+--          letter under the block policy, or a pending row with an
+--          error), rank by rank up to twice the batch;
 --   locked FOR UPDATE SKIP LOCKED on the runs (PostgreSQL refuses FOR
 --          UPDATE beside window functions, so the lock is taken here, a
 --          level above the choice). A row changed by a claim that
@@ -74,11 +78,19 @@ runs AS (
         SELECT r.id, r.head, r.rank, r.size, row_number() OVER (ORDER BY r.rank, r.head) AS pos
         FROM ranked AS r
         WHERE r.ok
-        {{- if .BlockFailed}}
+          -- Nothing the candidates miss comes before r in its aggregate: a
+          -- dead letter (under the block policy), or a requeued one, pending
+          -- with its error below the floor and not yet parked (every other
+          -- pending row before r is a candidate). The index of the rows a
+          -- publish failed, by aggregate, answers with one descent.
           AND NOT EXISTS (
             SELECT 1 FROM {{.Table}} AS b
-            WHERE ({{key "b"}}) = ({{keyOf "r"}}) AND b.{{.Status}} = {{.Failed}} AND b.{{.ID}} < r.id)
-        {{- end}}) AS o
+            WHERE ({{key "b"}}) = ({{keyOf "r"}}) AND b.{{.ID}} < r.id
+              AND (
+              {{- if .BlockFailed}}b.{{.Status}} = {{.Failed}} OR {{end -}}
+              (b.{{.Status}} = {{.Pending}} AND b.{{.LastError}} IS NOT NULL
+               AND b.{{.ID}} <= $5 AND b.{{.ID}} <> ALL (coalesce($7, '{}')::bigint[])))
+        )) AS o
     -- Room for twice the batch, in the order it is filled: rows another
     -- claim holds are skipped, and a batch does not lock what it cannot take.
     WHERE pos <= 2 * $1

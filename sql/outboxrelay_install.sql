@@ -218,13 +218,14 @@ BEGIN
             ('_relay_ordering_idx',  false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I IN (%L, %L)',
                 (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
                 id_col, st_col, pending, failed) END),
-            -- The dead letters by aggregate: whether one holds an aggregate
-            -- back, told without walking the aggregate's rows in the index
-            -- above, where rows published while vacuum is held back leave
-            -- their entries.
-            ('_relay_dead_key_idx', false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I = %L',
+            -- The rows a publish failed, by aggregate: dead letters, and
+            -- pending rows with an error (retried or requeued). Whether one
+            -- holds an aggregate back is told without walking the
+            -- aggregate's rows in the index above, where rows published
+            -- while vacuum is held back leave their entries.
+            ('_relay_failed_key_idx', false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I = %L OR (%I = %L AND last_error IS NOT NULL)',
                 (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
-                id_col, st_col, failed) END)
+                id_col, st_col, failed, st_col, pending) END)
         ) AS i (suffix, is_unique, definition)
         WHERE definition IS NOT NULL
     LOOP
