@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/notify"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // Scenario 4a: RabbitMQ refuses connections for 10 s; the relay waits,

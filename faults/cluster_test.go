@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxrelay/outboxrelay/redact"
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 // rabbitCluster is three more nodes of the installed rabbitmq-server,

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/notify"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // pgPair is a primary and its synchronous standby: two more clusters of

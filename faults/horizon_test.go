@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 // paced commits events of type tag, one per transaction, at rate a

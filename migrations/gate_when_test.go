@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/migrations"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // Migration 6 puts the gate's try-lock in the trigger's WHEN clause by

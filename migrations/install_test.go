@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/migrations"
 	outboxsql "github.com/outboxrelay/outboxrelay/sql"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // Relays started together all install the ordered mode's indexes at once:

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/migrations"
 	outboxsql "github.com/outboxrelay/outboxrelay/sql"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // The upgrade from the last released schema (version 6) keeps every row as

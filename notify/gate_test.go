@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	tablewriters "github.com/outboxrelay/outboxrelay/internal/writers"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // gateEnv is a migrated outbox, a gate on it and a connection LISTENing on

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgxlisten"
 
-	"github.com/outboxrelay/outboxrelay/redact"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
 // Listener LISTENs on its own connection and turns notifications into

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/outboxrelay/outboxrelay/redact"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

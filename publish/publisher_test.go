@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 func TestMain(m *testing.M) {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/outboxrelay/outboxrelay/admin"
+	"github.com/outboxrelay/outboxrelay/internal/admin"
 )
 
 // EmitCmd inserts test events.

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxrelay/outboxrelay/admin"
 	"github.com/outboxrelay/outboxrelay/claim"
-	"github.com/outboxrelay/outboxrelay/redact"
+	"github.com/outboxrelay/outboxrelay/internal/admin"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
 // AdminFlags are what the admin subcommands that reach the database share

@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/outboxrelay/outboxrelay/admin"
+	"github.com/outboxrelay/outboxrelay/internal/admin"
 )
 
 // RequeueCmd puts dead-lettered events back to pending.

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/notify"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // requeueOut is the JSON of outboxrelay requeue.

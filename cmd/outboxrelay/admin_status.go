@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/outboxrelay/outboxrelay/admin"
+	"github.com/outboxrelay/outboxrelay/internal/admin"
 )
 
 // StatusCmd shows the state of the outbox.

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/outboxrelay/outboxrelay/bench"
+	"github.com/outboxrelay/outboxrelay/internal/bench"
 )
 
 // BenchCmd benchmarks the relay against a naive poller and the broker's

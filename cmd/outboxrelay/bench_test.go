@@ -18,8 +18,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxrelay/outboxrelay/bench"
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/bench"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 // TestBenchRunsAtTinySize runs the whole benchmark at a size that proves

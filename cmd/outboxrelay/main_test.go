@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/migrations"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // binary is the outboxrelay command, built once for the package's tests:

@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/outboxrelay/outboxrelay/redact"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
 // MigrateCmd sets up the outbox table: the schema migrations for the

@@ -11,7 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxrelay/outboxrelay/redact"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
 // The relay writes, so every connection it makes must reach a server that

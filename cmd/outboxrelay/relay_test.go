@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/notify"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // collect receives deliveries until want distinct message ids have arrived.

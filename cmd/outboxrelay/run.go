@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
+	"github.com/outboxrelay/outboxrelay/internal/relay"
 	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/publish"
-	"github.com/outboxrelay/outboxrelay/redact"
-	"github.com/outboxrelay/outboxrelay/relay"
 )
 
 // RunCmd relays events. Every flag has an environment variable and a default

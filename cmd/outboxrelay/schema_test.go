@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/notify"
-	"github.com/outboxrelay/outboxrelay/testkit"
 )
 
 // catalogOf lists every relation, trigger and function of the public

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 // amqpsURL is the test broker's URL through a TLS proxy.

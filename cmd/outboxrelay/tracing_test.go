@@ -15,7 +15,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/outboxrelay/outboxrelay/testkit"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 // otlpReceiver is an OTLP/HTTP trace endpoint that hands over every span
