@@ -16,8 +16,8 @@ import (
 	"github.com/mattn/go-isatty"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/redact"
 	"github.com/outboxrelay/outboxrelay/migrations"
-	"github.com/outboxrelay/outboxrelay/redact"
 )
 
 // DatabaseFlags reach PostgreSQL.
@@ -42,9 +42,19 @@ func (f LogFlags) logger(w io.Writer) *slog.Logger {
 		}
 	}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDuration}))
 	}
 	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+}
+
+// readableDuration writes a duration as Go prints it ("5s", "1.5ms")
+// rather than as slog's JSON default, an integer of nanoseconds that a
+// reader of the logs has to divide.
+func readableDuration(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // poolConfig parses DATABASE_URL for the relay's pool, with its own
