@@ -408,10 +408,10 @@ func TestQuotedIdentifiersCannotInjectSQL(t *testing.T) {
 	weird := `odd"; DROP TABLE outbox; --`
 	testkit.Exec(t, pool, `CREATE SCHEMA "we.ird"`)
 	testkit.Exec(t, pool, `CREATE TABLE "we.ird"."`+strings.ReplaceAll(weird, `"`, `""`)+`" (LIKE outbox INCLUDING ALL)`)
-	s, err := claim.New(pool, claim.Config{Table: `we.ird.` + weird})
+	_, err := claim.New(pool, claim.Config{Table: `we.ird.` + weird})
 	require.Error(t, err, "three dotted parts are ambiguous and refused")
 	testkit.Exec(t, pool, `CREATE TABLE "`+strings.ReplaceAll(weird, `"`, `""`)+`" (LIKE outbox INCLUDING ALL)`)
-	s, err = claim.New(pool, claim.Config{Table: weird})
+	s, err := claim.New(pool, claim.Config{Table: weird})
 	require.NoError(t, err)
 	testkit.Exec(t, pool, `INSERT INTO "`+strings.ReplaceAll(weird, `"`, `""`)+`" (aggregate_type, aggregate_id, event_type, payload) VALUES ('a','1','e','{}')`)
 	b, err := s.Claim(context.Background(), 10)

@@ -44,7 +44,7 @@ func (f LogFlags) logger(w io.Writer) *slog.Logger {
 	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDuration}))
 	}
-	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+	return slog.New(tint.NewTextHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
 }
 
 // readableDuration writes a duration as Go prints it ("5s", "1.5ms")

@@ -241,7 +241,7 @@ func (c Config) Validate() error {
 	case c.Schema == "" || len(c.Schema) > 63:
 		return fmt.Errorf("bench: Schema %q: must be 1 to 63 bytes", c.Schema)
 	case len(c.Exchange) > 255 || strings.HasPrefix(c.Exchange, "amq."):
-		return fmt.Errorf("bench: Exchange %q: must be at most 255 bytes and not start with amq.", c.Exchange)
+		return fmt.Errorf("bench: Exchange %q: must be at most 255 bytes and not start with %q", c.Exchange, "amq.")
 	case c.Executable == "":
 		return fmt.Errorf("bench: Executable: must name the outboxrelay binary")
 	case c.DrainEvents < 1 || c.DrainEvents > maxEventNumber/4:

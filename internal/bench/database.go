@@ -307,17 +307,6 @@ func (d *database) walWritten(ctx context.Context) (int64, error) {
 	return d.queryInt(ctx, "read the WAL position", "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
 }
 
-// serverVersion is PostgreSQL's server_version.
-func (d *database) serverVersion(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	var v string
-	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
-		return "", fmt.Errorf("server_version: %w", err)
-	}
-	return v, nil
-}
-
 // dropSchema drops the benchmark schema and everything in it.
 func (d *database) dropSchema(ctx context.Context) error {
 	return d.exec(ctx, "drop schema", "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.schema}.Sanitize()+" CASCADE")
