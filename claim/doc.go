@@ -42,4 +42,11 @@
 // statements. With Config.Pooled, for a transaction-mode pooler such as
 // PgBouncer, nothing is kept per session: LocalSettings sends the settings
 // with each statement, in the same round trip and transaction.
+//
+// Compatibility: Store, Config and the exported types and errors they use
+// are the package's promise; until v1.0.0 a change that breaks them is
+// named in CHANGELOG.md, from v1.0.0 only a major version makes one. The
+// statements the store runs, and the indexes they rely on, are not a
+// promise: any release may change them, bringing a migration (and the
+// drop-in SQL) where the schema must follow.
 package claim

@@ -5,6 +5,11 @@
 // under a PostgreSQL advisory lock, so several relays starting at once apply
 // each migration exactly once. Objects are created in the first schema of the
 // connection's search_path.
+//
+// Compatibility: Migrate, the version table and the schema the latest
+// migration leaves (documented in docs/deployment.md) are the package's
+// promise. A migration, once released, is never edited: a change to the
+// schema is a new migration, and an upgrade keeps every row.
 package migrations
 
 import (

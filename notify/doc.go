@@ -45,4 +45,11 @@
 // moment, so the claim that follows sees the events of every producer that
 // may have found the gate closed. The trigger only tries the lock:
 // producers never wait for a relay.
+//
+// Compatibility: Listener, Gate, their Config and the exported constants
+// are the package's promise; until v1.0.0 a change that breaks them is
+// named in CHANGELOG.md, from v1.0.0 only a major version makes one. The
+// notification's payload and the gate's advisory-lock keys are shared
+// with the trigger that the migrations and the drop-in SQL install: they
+// change only together with a migration, never on their own.
 package notify

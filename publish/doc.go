@@ -31,4 +31,11 @@
 // experimental recovery is left off): a lost connection takes its channels
 // with it, and with them any confirmation still outstanding, which is why a
 // channel is only reused after every confirmation of its batch is in.
+//
+// Compatibility: Publisher, Config, Message and the exported errors are the
+// package's promise; until v1.0.0 a change that breaks them is named in
+// CHANGELOG.md, from v1.0.0 only a major version makes one. What a consumer
+// receives (the AMQP properties and headers a message carries) is a
+// promise too, documented in docs/producers.md. How messages are spread
+// over channels, and the timing of confirmations, are not.
 package publish

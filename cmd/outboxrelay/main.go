@@ -26,6 +26,11 @@
 //	2  bad configuration or usage (an unknown flag, a bad value, requeue
 //	   without exactly one of --id, --event-type, --all, a table or column
 //	   that does not exist) or a service that cannot be reached at start-up
+//
+// Compatibility: the commands, flags, environment variables, exit codes,
+// metric names and labels, and the fields of the JSON logs are the
+// promise; until v1.0.0 a change that breaks them is named in
+// CHANGELOG.md. Log messages' wording is not.
 package main
 
 import (
