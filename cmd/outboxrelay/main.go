@@ -9,6 +9,7 @@
 //	outboxrelay requeue   put dead-lettered events back to pending and wake the relays
 //	outboxrelay emit      insert test events, once, --count N of them, or at a --rate
 //	outboxrelay sql       print the drop-in install SQL for --table and its mapping
+//	outboxrelay tail      print the messages arriving on an exchange (a temporary queue)
 //
 // Every flag has an environment variable; --help lists them with defaults.
 // The admin subcommands (status, dead, requeue, emit, sql) take run's
@@ -106,6 +107,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit fun
 		err = cli.Emit.Run(ctx, stdout, stderr)
 	case "sql":
 		err = cli.SQL.Run(stdout)
+	case "tail":
+		err = cli.Tail.Run(ctx, stdout, stderr)
 	default:
 		err = cli.Run.Run(ctx, stderr)
 	}
@@ -129,6 +132,7 @@ type CLI struct {
 	Requeue RequeueCmd `cmd:"" help:"Put dead-lettered events back to pending, attempts reset, and wake the relays."`
 	Emit    EmitCmd    `cmd:"" help:"Insert test events, for smoke tests and demos."`
 	SQL     SQLCmd     `cmd:"" name:"sql" help:"Print the drop-in install SQL for --table and its mapping, to pipe into psql."`
+	Tail    TailCmd    `cmd:"" help:"Print the messages arriving on an exchange, through a temporary queue, until interrupted."`
 
 	Bench      BenchCmd      `cmd:"" help:"Benchmark the relay against a naive poller and the broker's ceiling."`
 	NaiveRelay NaiveRelayCmd `cmd:"" name:"naive-relay" hidden:"" help:"Run the naive poller the benchmark compares with."`

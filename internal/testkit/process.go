@@ -74,3 +74,26 @@ func (p *Process) Kill() {
 	}
 	<-p.done
 }
+
+// AwaitOutput waits until cond holds for the process's output so far,
+// checking every few milliseconds. It fails the test at once, with the
+// output, if the process exits first, and after timeout otherwise.
+func (p *Process) AwaitOutput(timeout time.Duration, what string, cond func(out string) bool) {
+	p.t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond(p.Out.String()) {
+		select {
+		case <-p.done:
+			if cond(p.Out.String()) {
+				return
+			}
+			p.t.Fatalf("testkit: the process exited (%v) before %s:\n%s", p.err, what, p.Out.String())
+		case <-deadline.C:
+			p.t.Fatalf("testkit: %s: not within %s:\n%s", what, timeout, p.Out.String())
+		case <-tick.C:
+		}
+	}
+}
