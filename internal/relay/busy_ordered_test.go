@@ -53,18 +53,23 @@ func TestBusyOrderedRelaySparesItsPollsWhileABatchIsInFlight(t *testing.T) {
 	t.Cleanup(release) // before the relay's own cleanup waits for Run
 	d.store.next(t, "claim")
 
+	// The rate sample's timer: 50 ms, or 200 ms while the relay is idle.
+	sampleTimer := func() time.Duration {
+		t.Helper()
+		return d.clock.AwaitTimer(t, awaitTimeout, "the rate sample", func(l time.Duration) bool { return l <= 200*time.Millisecond })
+	}
 	sample := func() {
 		t.Helper()
-		d.awaitTimer(t, "the rate sample", 50*time.Millisecond)
-		d.clock.Advance(50 * time.Millisecond)
+		d.clock.Advance(sampleTimer())
 	}
 	sample()
 	// Once the next sample's timer is set, the first one (the meter at 0)
 	// is taken.
-	d.awaitTimer(t, "the rate sample", 50*time.Millisecond)
-	// Ids up to 100 claimed within one sample: 2,000/s, far past BusyRate.
-	// The claim found no other claimable aggregate (More unset).
-	claimed <- orderedBatch(map[int64]string{1: "A", 100: "B"})
+	sampleTimer()
+	// Ids up to 1,000 claimed within one sample (of 200 ms, the first
+	// having seen nothing): 5,000/s, far past BusyRate. The claim found no
+	// other claimable aggregate (More unset).
+	claimed <- orderedBatch(map[int64]string{1: "A", 1000: "B"})
 	d.pub.next(t)
 	sample()
 	select {

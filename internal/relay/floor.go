@@ -33,6 +33,11 @@ type requeueSignals interface {
 // advance moves the Floor every AdvanceInterval while the relay claims or
 // the floor has work left, asks the poll loop to wake the workers when
 // parked rows fall due, and has the floor rescanned after a requeue.
+//
+// An idle relay keeps no timer here: once an advance finds nothing moved
+// and nothing unsettled, the loop waits for a kick (kickAdvance), which a
+// claim that took rows sends, and the gate's steering sends when it sees a
+// requeue at one of its samples (every idleInsertsEvery while idle).
 func (r *Relay) advance(ctx context.Context) {
 	f := r.cfg.Floor
 	requeues, _ := r.listener.(requeueSignals)
@@ -41,11 +46,17 @@ func (r *Relay) advance(ctx context.Context) {
 	if requeues != nil {
 		requeued = requeues.Requeues()
 	}
+	idle := false
 	for {
+		var tick <-chan time.Time
+		if !idle {
+			tick = r.cfg.Clock.After(r.cfg.AdvanceInterval)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.cfg.Clock.After(r.cfg.AdvanceInterval):
+		case <-tick:
+		case <-r.advanceKick:
 		}
 		if requeues != nil {
 			if n := requeues.Requeues(); n != requeued {
@@ -54,8 +65,10 @@ func (r *Relay) advance(ctx context.Context) {
 			}
 		}
 		claimed := r.meter.maxID.Load()
+		idle = false
 		if claimed == seen && !f.Unsettled() {
-			continue // idle: nothing moved
+			idle = true // nothing moved: wait for a kick
+			continue
 		}
 		seen = claimed
 		err := f.Advance(ctx)
@@ -72,5 +85,13 @@ func (r *Relay) advance(ctx context.Context) {
 			default:
 			}
 		}
+	}
+}
+
+// kickAdvance wakes the advance loop if it is idle.
+func (r *Relay) kickAdvance() {
+	select {
+	case r.advanceKick <- struct{}{}:
+	default:
 	}
 }

@@ -153,10 +153,24 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		waiters   [rateSamples]int
 		openBelow = r.cfg.BusyRate / 2
 	)
+	requeues, _ := r.listener.(requeueSignals)
+	var requeued uint64
+	if requeues != nil {
+		requeued = requeues.Requeues()
+	}
+	// quiet is whether the last sample, with the gate open, saw nothing
+	// claimed and the sequence standing still: the relay is idle, and
+	// samples every idleInsertsEvery instead of every rateSampleEvery until
+	// a sample sees either move. The rate is the ring's growth over its
+	// samples' times, so the longer spacing does not bias it.
+	quiet := false
 	for {
 		wait := rateSampleEvery
-		if !open {
+		switch {
+		case !open:
 			wait = r.cfg.BusyPollInterval
+		case quiet:
+			wait = idleInsertsEvery
 		}
 		select {
 		case <-ctx.Done():
@@ -179,8 +193,15 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			continue
 		}
 		lastSample = now
+		if requeues != nil {
+			if n := requeues.Requeues(); n != requeued {
+				requeued = n
+				r.kickAdvance() // an idle floor rescans for the requeued rows
+			}
+		}
 		seen := r.meter.maxID.Load()
 		active := seen != claimed // claimed something since the last sample
+		before := inserted
 		if r.cfg.Inserts != nil && !insertsOff && (!open || active || now.Sub(lastRead) >= idleInsertsEvery) {
 			lastRead = now
 			id, err := r.lastInsert(ctx)
@@ -204,6 +225,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			}
 		}
 		claimed = seen
+		quiet = open && !active && inserted == before
 		rate := ring.add(rateSample{at: now, id: max(seen, inserted)})
 		waiting := 0
 		if open && active && r.cfg.Inserts != nil && rate >= contendedMinRate {

@@ -219,7 +219,8 @@ func (g *gateRun) awaitBatches(n int64, what string) {
 }
 
 // run advances the clock by total, step by step of the gate's own timer
-// (the 50 ms rate sample while open, the 2 ms busy poll while closed).
+// (the 50 ms rate sample while open, 200 ms while open and idle, the 2 ms
+// busy poll while closed).
 // Producers insert perSecond meanwhile; while the gate is open, each step
 // brings a notification, as the trigger would send, unless silent. It
 // returns whether the
@@ -227,7 +228,7 @@ func (g *gateRun) awaitBatches(n int64, what string) {
 func (g *gateRun) run(total time.Duration, perSecond int64) (closed, reopened bool) {
 	t, d := g.t, g.d
 	for elapsed := time.Duration(0); elapsed < total; {
-		left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= 50*time.Millisecond })
+		left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= 200*time.Millisecond })
 		g.owed += float64(perSecond) * left.Seconds()
 		whole := int64(g.owed)
 		g.inserts.last.Add(whole)

@@ -64,9 +64,12 @@ type Relay struct {
 	// retryDue carries the delay until a retry falls due to the poll loop,
 	// which keeps one timer for the earliest.
 	retryDue chan time.Duration
-	stats    stats
-	meter    meter
-	marks    markQueue
+	// advanceKick wakes an idle advance loop: a claim took rows, or the
+	// gate's steering saw a requeue (see advance).
+	advanceKick chan struct{}
+	stats       stats
+	meter       meter
+	marks       markQueue
 	// inFlight counts the workers holding a batch; dry is whether the last
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
 	inFlight atomic.Int32
@@ -91,15 +94,16 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 	}
 	cfg = cfg.withDefaults()
 	return &Relay{
-		cfg:      cfg,
-		store:    store,
-		pub:      pub,
-		listener: listener,
-		log:      cfg.Logger.With("component", "relay"),
-		obs:      cfg.Observer,
-		wake:     make(chan struct{}, 1),
-		marks:    markQueue{kick: make(chan struct{}, 1)},
-		retryDue: make(chan time.Duration, 1),
+		cfg:         cfg,
+		store:       store,
+		pub:         pub,
+		listener:    listener,
+		log:         cfg.Logger.With("component", "relay"),
+		obs:         cfg.Observer,
+		wake:        make(chan struct{}, 1),
+		marks:       markQueue{kick: make(chan struct{}, 1)},
+		retryDue:    make(chan time.Duration, 1),
+		advanceKick: make(chan struct{}, 1),
 		claimBackoff: backoff.NewExponentialBackOff(
 			backoff.WithInitialInterval(100*time.Millisecond),
 			backoff.WithMaxInterval(cfg.PollInterval),
@@ -267,6 +271,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			return
 		}
 		r.meter.observe(batch.Events[n-1].ID)
+		r.kickAdvance()
 		if ctx.Err() != nil {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
 			return
