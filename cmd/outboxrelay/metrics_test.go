@@ -255,38 +255,28 @@ func TestPprofServesTheRelaysProfilesOnlyWhenAsked(t *testing.T) {
 	require.True(t, strings.HasPrefix(profile, "\x1f\x8b"), "a gzipped CPU profile")
 }
 
-// By default the relay re-executes itself, same process, with schedtrace in
-// GODEBUG, which keeps the Go runtime's system monitor from parking;
-// --no-sysmon-awake leaves its environment as it was given.
-func TestSysmonAwakeReexecutesTheRelayWithSchedtrace(t *testing.T) {
+// The relay runs in the process it was started as, with the environment
+// it was given: it never re-executes itself (to change GODEBUG or anything
+// else), which would surprise debuggers, supervisors and upgrades that
+// replace the binary.
+func TestRelayRunsWithTheEnvironmentItWasGiven(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		godebug string
-	}{
-		{"default", nil, "madvdontneed=1,schedtrace=2147483647"},
-		{"off", []string{"--no-sysmon-awake"}, "madvdontneed=1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := startRelay(t, relayEnv(dbURL, exchange, "GODEBUG=madvdontneed=1"), tc.args...)
-			testkit.WaitFor(t, 30*time.Second, "relay started", func() bool {
-				return strings.Contains(p.Out.String(), `"relay started"`)
-			})
-			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
-			require.NoError(t, err)
-			var godebug string
-			for _, kv := range strings.Split(string(environ), "\x00") {
-				if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
-					godebug = v
-				}
-			}
-			require.Equal(t, tc.godebug, godebug, "the started process, re-executed by default")
-			require.Equal(t, 1, strings.Count(p.Out.String(), `"relay started"`), "one relay, not two")
-		})
+	p := startRelay(t, relayEnv(dbURL, exchange, "GODEBUG=madvdontneed=1"))
+	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
+		return strings.Contains(out, `"relay started"`)
+	})
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
+	require.NoError(t, err)
+	var godebug []string
+	for _, kv := range strings.Split(string(environ), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			godebug = append(godebug, v)
+		}
 	}
+	require.Equal(t, []string{"madvdontneed=1"}, godebug, "GODEBUG as given")
+	require.Equal(t, 1, strings.Count(p.Out.String(), `"outboxrelay starting"`), "started once")
 }
 
 // --procs sets GOMAXPROCS, one by default; the Go runtime's own gauge

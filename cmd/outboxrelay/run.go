@@ -50,7 +50,6 @@ type RunCmd struct {
 	Workers       int           `name:"workers" env:"OUTBOX_WORKERS" default:"4" help:"Concurrent claim-publish loops."`
 	MarkDelay     time.Duration `name:"mark-delay" env:"OUTBOX_MARK_DELAY" default:"20ms" help:"How long the marks of confirmed events may wait for the next claim, which then carries them in the same round trip and commit; 0 marks each batch at once."`
 	Procs         int           `name:"procs" env:"OUTBOX_PROCS" default:"1" help:"How many OS threads run the relay's Go code at once (GOMAXPROCS); 0 leaves it to the Go runtime (GOMAXPROCS in the environment, or the CPUs available). One costs the least CPU per event: the relay mostly waits on the network, and every extra thread woken to run a goroutine is a wake-up across CPUs."`
-	SysmonAwake   bool          `name:"sysmon-awake" env:"OUTBOX_SYSMON_AWAKE" default:"true" negatable:"" help:"Keep the Go runtime's system monitor from parking each time the relay goes idle: the relay re-executes itself once at start-up with schedtrace=2147483647 added to GODEBUG, which the runtime reads only then. At everyday rates the relay goes idle between events, and waking the monitor again cost a third of its CPU. --no-sysmon-awake, or a schedtrace of the operator's own in GODEBUG, leaves the runtime as it is."`
 	PollInterval  time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%)."`
 	Lease         time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
 	MaxAttempts   int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
@@ -173,12 +172,6 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		return notMigrationsTable(c.Table)
 	}
 	log := c.logger(stderr)
-	if c.SysmonAwake {
-		// Returns only where it did not re-execute the relay.
-		if err := keepSysmonAwake(); err != nil {
-			log.Warn("Go runtime's system monitor left as it is", "err", err)
-		}
-	}
 	if c.Procs > 0 {
 		runtime.GOMAXPROCS(c.Procs)
 	}
