@@ -84,28 +84,28 @@ func TestCIRunsTheReadmeTestCommand(t *testing.T) {
 	require.Contains(t, string(ci), "\n"+readmeBlock(t, "run-tests")+"\n")
 }
 
-// TestEveryAlertHasARunbookInTheReadme checks that each alert's runbook
-// annotation points at an anchor README.md has.
-func TestEveryAlertHasARunbookInTheReadme(t *testing.T) {
+// TestEveryAlertHasARunbookInTheOperationsGuide checks that each alert's
+// runbook annotation points at an anchor docs/operations.md has.
+func TestEveryAlertHasARunbookInTheOperationsGuide(t *testing.T) {
 	t.Parallel()
 	rules, err := os.ReadFile("../../monitoring/prometheus/alerts.yml")
 	require.NoError(t, err)
-	readme, err := os.ReadFile("../../README.md")
+	ops, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
-	links := regexp.MustCompile(`runbook: \S+README\.md#(\S+)`).FindAllStringSubmatch(string(rules), -1)
+	links := regexp.MustCompile(`runbook: \S+docs/operations\.md#(\S+)`).FindAllStringSubmatch(string(rules), -1)
 	alerts := regexp.MustCompile(`(?m)^\s*- alert: `).FindAllString(string(rules), -1)
 	require.Len(t, links, len(alerts), "a runbook per alert")
 	for _, l := range links {
-		require.Contains(t, string(readme), `<a id="`+l[1]+`"></a>`, "README anchor for runbook #%s", l[1])
+		require.Contains(t, string(ops), `<a id="`+l[1]+`"></a>`, "docs/operations.md anchor for runbook #%s", l[1])
 	}
 }
 
-// TestEveryRunFlagIsInTheReadme keeps README's configuration table in step
-// with `outboxrelay run --help`: every flag is named there (the column
-// mapping flags as one range row).
-func TestEveryRunFlagIsInTheReadme(t *testing.T) {
+// TestEveryRunFlagIsInTheConfigurationTable keeps docs/operations.md's
+// configuration table in step with `outboxrelay run --help`: every flag is
+// named there (the column mapping flags as one range row).
+func TestEveryRunFlagIsInTheConfigurationTable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	ops, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
 	code, help, stderr := runOnce(t, []string{"PATH=" + os.Getenv("PATH")}, "run", "--help")
 	require.Equal(t, 0, code, stderr)
@@ -115,7 +115,7 @@ func TestEveryRunFlagIsInTheReadme(t *testing.T) {
 		if f[1] == "--help" || strings.HasPrefix(f[1], "--column-") {
 			continue
 		}
-		require.True(t, strings.Contains(string(readme), "`"+f[1]+"`"), "README.md's configuration table lacks %s", f[1])
+		require.True(t, strings.Contains(string(ops), "`"+f[1]+"`"), "docs/operations.md's configuration table lacks %s", f[1])
 	}
-	require.True(t, strings.Contains(string(readme), "`--column-id` … `--column-created-at`"), "README.md's column flags row")
+	require.True(t, strings.Contains(string(ops), "`--column-id` … `--column-created-at`"), "docs/operations.md's column flags row")
 }

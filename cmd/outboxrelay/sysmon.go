@@ -8,7 +8,7 @@ import "strings"
 // futex wake), after which it polls every 20 µs until it parks again. A
 // relay at everyday rates goes idle between events, so each event paid for
 // a wake-up and a few of those polls: a third of the relay's CPU at
-// 1,000 events/s (BENCHMARKS.md). The runtime never parks sysmon while
+// 1,000 events/s (docs/decisions/0006-runtime-monitor.md). The runtime never parks sysmon while
 // schedtrace is set; sysmon then sleeps up to 10 ms a round. The period,
 // the largest the runtime reads (about 24.8 days of monotonic time),
 // prints a scheduler line to stderr only on a machine up longer than that,
