@@ -100,22 +100,28 @@ func TestEveryAlertHasARunbookInTheOperationsGuide(t *testing.T) {
 	}
 }
 
-// TestEveryRunFlagIsInTheConfigurationTable keeps docs/operations.md's
-// configuration table in step with `outboxrelay run --help`: every flag is
-// named there (the column mapping flags as one range row).
-func TestEveryRunFlagIsInTheConfigurationTable(t *testing.T) {
+// TestConfigTableCoversRunHelp holds docs/operations.md's configuration
+// table, which TestConfigTable renders from the flag model, to what the
+// built binary's `outboxrelay run --help` prints: every flag it lists has a
+// row of the table.
+func TestConfigTableCoversRunHelp(t *testing.T) {
 	t.Parallel()
 	ops, err := os.ReadFile("../../docs/operations.md")
 	require.NoError(t, err)
+	_, table, found := strings.Cut(string(ops), "<!-- config:begin -->")
+	require.True(t, found, "docs/operations.md has no configuration table")
+	table, _, found = strings.Cut(table, "<!-- config:end -->")
+	require.True(t, found, "docs/operations.md's configuration table has no end")
 	code, help, stderr := runOnce(t, []string{"PATH=" + os.Getenv("PATH")}, "run", "--help")
 	require.Equal(t, 0, code, stderr)
-	flags := regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?(--(?:\[no-\])?[a-z0-9-]+)`).FindAllStringSubmatch(help, -1)
+	// A flag starts its line, indented a little; a wrapped help line is
+	// indented to the help column.
+	flags := regexp.MustCompile(`(?m)^ {1,8}(?:-[a-z], )?(--(?:\[no-\])?[a-z0-9-]+)`).FindAllStringSubmatch(help, -1)
 	require.Greater(t, len(flags), 30, help)
 	for _, f := range flags {
-		if f[1] == "--help" || strings.HasPrefix(f[1], "--column-") {
+		if f[1] == "--help" {
 			continue
 		}
-		require.True(t, strings.Contains(string(ops), "`"+f[1]+"`"), "docs/operations.md's configuration table lacks %s", f[1])
+		require.Contains(t, table, "| `"+f[1]+"` |", "docs/operations.md's configuration table lacks %s", f[1])
 	}
-	require.True(t, strings.Contains(string(ops), "`--column-id` … `--column-created-at`"), "docs/operations.md's column flags row")
 }
