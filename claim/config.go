@@ -152,7 +152,7 @@ type Config struct {
 	// sent with its settings (see Settings) through LocalSettings, in the
 	// same round trip. The server then parses and plans every statement
 	// anew, which costs it more per claim than a prepared statement
-	// (BENCHMARKS.md, "Behind PgBouncer"). Default false: a direct
+	// (docs/performance.md, "Behind PgBouncer"). Default false: a direct
 	// connection or a session-mode pool.
 	Pooled bool
 	// OrderedDesign picks how an ordered claim finds the aggregates it may
@@ -165,8 +165,8 @@ type Config struct {
 	// claim, delete the rows of confirmed events instead of setting them
 	// published: no published row is kept, for --retention=0. A delete
 	// writes a fifth of the WAL of a mark, which adds the row's new version
-	// to the primary key's index and to the published rows' (BENCHMARKS.md,
-	// "2026-11-26, afternoon"). Default false: rows are kept as published
+	// to the primary key's index and to the published rows' (docs/performance.md,
+	// "What the statements write"). Default false: rows are kept as published
 	// until DeletePublished removes them.
 	DeleteConfirmed bool
 }

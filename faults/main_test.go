@@ -104,7 +104,7 @@ func record(o outcome) {
 }
 
 // printReport prints every scenario's outcome as a Markdown table, the
-// figures RELIABILITY.md quotes, and the scenarios' notes under it.
+// figures docs/reliability.md quotes, and the scenarios' notes under it.
 func printReport() {
 	reportMu.Lock()
 	defer reportMu.Unlock()

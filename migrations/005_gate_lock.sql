@@ -5,7 +5,7 @@
 -- and read the gate sequence (pg_sequence_last_value locks the sequence's
 -- buffer exclusively on every read). With 32 producers on two cores and
 -- the gate closed, that trigger cost them 13 % of their commits; this one,
--- one failed try-lock, costs them 9 % (BENCHMARKS.md, "the gate is a lock").
+-- one failed try-lock, costs them 9 % (docs/decisions/0001-gate-is-a-lock.md).
 --
 -- A busy relay holds the exclusive advisory lock (1868722809,
 -- hashtext(channel)) in a transaction whose idle_in_transaction_session_timeout

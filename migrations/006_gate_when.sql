@@ -7,7 +7,7 @@
 -- evaluates before it queues the event: while the gate is closed neither
 -- happens. With 32 producers on two cores and the gate closed, the
 -- trigger-on rate rose from 92.1 % to 96.2 % of the trigger-off rate
--- (BENCHMARKS.md, "the gate in the trigger's WHEN clause").
+-- (docs/decisions/0002-trigger-when-clause.md).
 --
 -- The lock is the one the function tries, (1868722809, hashtext(channel)),
 -- taken shared and held to the producer's commit exactly as before; the

@@ -10,6 +10,6 @@
 -- pg_dump, a standby's query under hot_standby_feedback), it removes what
 -- piled up at its next round: by hand, 270,000 dead rows after three
 -- minutes held back at 1,000 events/s were down to 5,000-10,000 within two
--- minutes, and the table grew by its new rows only (BENCHMARKS.md, "a
--- pinned horizon"). Autovacuum must be on (it is by default).
+-- minutes, and the table grew by its new rows only (docs/performance.md,
+-- "Design findings"). Autovacuum must be on (it is by default).
 ALTER TABLE outbox SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02);

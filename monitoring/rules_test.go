@@ -96,11 +96,11 @@ func maxByJob(metric string) *regexp.Regexp {
 	return regexp.MustCompile(`max by \(job(?:, [a-z_]+)*\) \(` + regexp.QuoteMeta(metric) + `\b`)
 }
 
-var runbook = regexp.MustCompile(`^https://github\.com/outboxrelay/outboxrelay/blob/main/README\.md#alert-[a-z]+$`)
+var runbook = regexp.MustCompile(`^https://github\.com/outboxrelay/outboxrelay/blob/main/docs/operations\.md#alert-[a-z]+$`)
 
 // TestAlertRulesHaveSeverityRunbookAndTests checks what promtool does
 // not: every alert has a severity, a summary, a description and a runbook
-// in README.md; rules over the sampled gauges aggregate them with max; and
+// in docs/operations.md; rules over the sampled gauges aggregate them with max; and
 // alerts_test.yml shows every alert both firing and not firing.
 func TestAlertRulesHaveSeverityRunbookAndTests(t *testing.T) {
 	t.Parallel()
@@ -139,7 +139,7 @@ func TestAlertRulesHaveSeverityRunbookAndTests(t *testing.T) {
 		for _, a := range []string{"summary", "description"} {
 			require.NotEmpty(t, strings.TrimSpace(r.Annotations[a]), "%s: annotation %s", r.Alert, a)
 		}
-		require.Regexp(t, runbook, r.Annotations["runbook"], "%s: runbook in README.md's Alerts table", r.Alert)
+		require.Regexp(t, runbook, r.Annotations["runbook"], "%s: runbook in docs/operations.md's Alerts table", r.Alert)
 		for _, m := range sampledMetrics {
 			if strings.Contains(r.Expr, m) {
 				require.Regexp(t, maxByJob(m), r.Expr, "%s: %s comes from one relay, or from each: max across instances", r.Alert, m)

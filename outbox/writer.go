@@ -31,7 +31,7 @@ type Writer struct {
 	// ("schema.table"); default "outbox", found through search_path.
 	Table string
 	// Columns maps the producer's columns of an existing table (see the
-	// README's drop-in SQL); zero fields keep the relay's names.
+	// drop-in SQL in docs/producers.md); zero fields keep the relay's names.
 	Columns Columns
 }
 

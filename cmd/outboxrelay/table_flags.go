@@ -12,7 +12,7 @@ import (
 type TableFlags struct {
 	Table string `name:"table" env:"OUTBOX_TABLE" default:"outbox" help:"Outbox table, optionally schema-qualified (schema.table)."`
 
-	Ordering          string `name:"ordering" env:"OUTBOX_ORDERING" default:"none" enum:"none,aggregate" help:"none: events go out oldest first, in parallel; aggregate: each aggregate's events go out in id order, one unconfirmed event per aggregate at a time (see README)."`
+	Ordering          string `name:"ordering" env:"OUTBOX_ORDERING" default:"none" enum:"none,aggregate" help:"none: events go out oldest first, in parallel; aggregate: each aggregate's events go out in id order, one unconfirmed event per aggregate at a time (see docs/guarantees.md)."`
 	OrderingKey       string `name:"ordering-key" env:"OUTBOX_ORDERING_KEY" help:"Comma-separated columns identifying an aggregate in ordered mode (default: the aggregate type and id columns)."`
 	OrderedDeadLetter string `name:"ordered-dead-letter" env:"OUTBOX_ORDERED_DEAD_LETTER" default:"block" enum:"block,continue" help:"In ordered mode, what a dead-lettered event does to its aggregate: block (its later events wait until it is requeued or deleted) or continue."`
 

@@ -13,5 +13,5 @@
 // export none of these gauges, so dashboards and alerts aggregate them with
 // max().
 //
-// Every name is fixed and documented in README.md (Operations).
+// Every name is fixed and documented in docs/operations.md (Metrics).
 package metrics

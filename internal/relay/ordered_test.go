@@ -149,7 +149,7 @@ func TestOrderedDeadLetterPolicies(t *testing.T) {
 			testkit.WaitFor(t, 30*time.Second, "x's later events given back unattempted", func() bool {
 				return e.count(t, "aggregate_id = 'x' AND status = 'pending' AND attempts = 0 AND lease_id IS NULL") == 3
 			})
-			// The blocked-aggregates query of README.md names it.
+			// The blocked-aggregates query of docs/guarantees.md names it.
 			require.Equal(t, int64(1), e.count(t, `status = 'failed' AND aggregate_id = 'x' AND NOT EXISTS (
 				SELECT 1 FROM outbox f2 WHERE f2.status = 'failed' AND f2.id < outbox.id
 				AND (f2.aggregate_type, f2.aggregate_id) = (outbox.aggregate_type, outbox.aggregate_id))`))
