@@ -11,8 +11,7 @@ import (
 )
 
 // BenchCmd benchmarks the relay against a naive poller and the broker's
-// ceiling, and the ordered relay's designs against the relay; see package
-// bench.
+// ceiling, and the ordered relay against the relay; see package bench.
 type BenchCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL database to benchmark in."`
 	AMQPURL     string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL (no credentials means guest/guest)."`
@@ -39,10 +38,9 @@ type BenchCmd struct {
 	ScaleRelays    []int         `name:"scale-relays" default:"1,2,3" group:"Workloads" help:"Relay counts the scale workload drains --drain-events with, side by side."`
 	DrainWait      time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
-	OrderedShapes       []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
-	OrderedDistinctTime time.Duration `name:"ordered-distinct-time" default:"30s" group:"Ordered workload" help:"Most time an ordered drain with the distinct design gets; its rate is then what arrived."`
-	OrderedSteadyRate   int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
-	OrderedSteadyAggs   int           `name:"ordered-steady-aggregates" default:"1000" group:"Ordered workload" help:"Aggregates the ordered steady events are spread over (a multiple of --producers)."`
+	OrderedShapes     []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
+	OrderedSteadyRate int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
+	OrderedSteadyAggs int           `name:"ordered-steady-aggregates" default:"1000" group:"Ordered workload" help:"Aggregates the ordered steady events are spread over (a multiple of --producers)."`
 
 	HorizonRate   int           `name:"horizon-rate" default:"1000" group:"Horizon workload" help:"Events/s the horizon workload's --producers connections write throughout."`
 	HorizonPinned time.Duration `name:"horizon-pinned" default:"10m" group:"Horizon workload" help:"How long a REPEATABLE READ transaction pins the horizon, rounded up to whole windows."`
@@ -77,7 +75,6 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 		Logger:              c.logger(stderr),
 
 		OrderedShapes:           c.OrderedShapes,
-		OrderedDistinctTime:     c.OrderedDistinctTime,
 		OrderedSteadyRate:       c.OrderedSteadyRate,
 		OrderedSteadyAggregates: c.OrderedSteadyAggs,
 

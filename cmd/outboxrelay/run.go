@@ -57,8 +57,6 @@ type RunCmd struct {
 	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
 	RetryMax      time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
 
-	OrderedDesign string `name:"ordered-design" env:"OUTBOX_ORDERED_DESIGN" default:"keyscan" enum:"keyscan,distinct" hidden:"" help:"How ordered claims find claimable aggregates (benchmarks compare the two)."`
-
 	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them; 0 keeps none: a confirmed event's row is deleted at once, in place of its mark."`
 	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"OUTBOX_SHUTDOWN_TIMEOUT" default:"20s" help:"How long in-flight batches may take to settle after SIGINT/SIGTERM."`
@@ -107,7 +105,6 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	cc.MaxAttempts = c.MaxAttempts
 	cc.RetryMin = c.RetryMin
 	cc.RetryMax = c.RetryMax
-	cc.OrderedDesign = c.OrderedDesign
 	cc.Pooled = c.pooled()
 	cc.DeleteConfirmed = c.Retention == 0
 	if err := cc.Validate(); err != nil {
@@ -284,9 +281,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		}
 	}
 
-	if cc.OrderedDesign != claim.DesignDistinct {
-		rc.Floor = store
-	}
+	rc.Floor = store
 	rc.Logger = log
 	var r *relay.Relay
 	table, _ := cc.TableIdentifier()

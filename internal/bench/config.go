@@ -27,13 +27,12 @@ const (
 // Systems a workload runs on.
 const (
 	SystemRelay   = "relay"   // outboxrelay run, as a subprocess
-	SystemNaive   = "naive"   // outboxrelay naive-relay, as a subprocess
+	SystemNaive   = "naive"   // outboxrelay-bench naive-relay, as a subprocess
 	SystemCeiling = "ceiling" // the benchmark publishing straight to RabbitMQ
-	// The ordered relay (outboxrelay run --ordering=aggregate), by the
-	// design its claims find claimable aggregates with
-	// (--ordered-design).
-	SystemKeyscan  = "keyscan"  // a round-robin loose index scan
-	SystemDistinct = "distinct" // DISTINCT ON over all pending rows
+	// SystemKeyscan is the ordered relay (outboxrelay run
+	// --ordering=aggregate), named after the way its claims find
+	// claimable aggregates, a loose index scan, as in earlier results.
+	SystemKeyscan = "keyscan"
 )
 
 // Workloads lists every workload in the order Run runs them.
@@ -114,12 +113,9 @@ type Config struct {
 	// runs interleaved. Default 2.
 	ProducerPairs int
 	// OrderedShapes are the ordered workload's backlogs, each drained by
-	// the relay, then by the ordered relay with each design. Default
-	// 1000x50, 100000x1, 1x10000.
+	// the relay, then by the ordered relay. Default 1000x50, 100000x1,
+	// 1x10000.
 	OrderedShapes []Shape
-	// OrderedDistinctTime is the most an ordered drain with the distinct
-	// design may take; its rate is what arrived by then. Default 30s.
-	OrderedDistinctTime time.Duration
 	// OrderedSteadyRate is the ordered workload's steady commit rate,
 	// events per second, written by Producers connections for
 	// SteadyDuration. Default 1000.
@@ -194,7 +190,6 @@ func (c Config) withDefaults() Config {
 	if len(c.OrderedShapes) == 0 {
 		c.OrderedShapes = []Shape{{1000, 50}, {100000, 1}, {1, 10000}}
 	}
-	c.OrderedDistinctTime = cmp.Or(c.OrderedDistinctTime, 30*time.Second)
 	c.OrderedSteadyRate = cmp.Or(c.OrderedSteadyRate, 1000)
 	c.OrderedSteadyAggregates = cmp.Or(c.OrderedSteadyAggregates, 1000)
 	if len(c.ScaleRelays) == 0 {
@@ -318,8 +313,6 @@ func (c Config) validateOrdered() error {
 		}
 	}
 	switch {
-	case c.OrderedDistinctTime <= 0:
-		return fmt.Errorf("bench: OrderedDistinctTime %s: must be positive", c.OrderedDistinctTime)
 	case c.OrderedSteadyRate < 1:
 		return fmt.Errorf("bench: OrderedSteadyRate %d: must be at least 1", c.OrderedSteadyRate)
 	case float64(c.OrderedSteadyRate)*c.SteadyDuration.Seconds() > maxEventNumber/4:
@@ -352,7 +345,6 @@ func (c Config) Flags() []string {
 		"--producer-duration=" + c.ProducerDuration.String(),
 		"--producer-pairs=" + strconv.Itoa(c.ProducerPairs),
 		"--ordered-shapes=" + joinShapes(c.OrderedShapes),
-		"--ordered-distinct-time=" + c.OrderedDistinctTime.String(),
 		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),
 		"--ordered-steady-aggregates=" + strconv.Itoa(c.OrderedSteadyAggregates),
 		"--scale-relays=" + joinInts(c.ScaleRelays),

@@ -18,11 +18,10 @@
 //     index it creates.
 //   - ordered: each of Config.OrderedShapes (aggregates × events, written
 //     interleaved by aggregate, each event's seq in its payload) drained by
-//     the relay and by the ordered relay with each claim design (keyscan,
-//     distinct; distinct within Config.OrderedDistinctTime), then a steady
+//     the relay and by the ordered relay, then a steady
 //     Config.OrderedSteadyRate spread over Config.OrderedSteadyAggregates
-//     on the same three. The consumer counts first arrivals out of order
-//     per aggregate on all of them.
+//     on both. The consumer counts first arrivals out of order per
+//     aggregate on both.
 //   - scale: the drain's backlog delivered by each of Config.ScaleRelays
 //     relays side by side on the one table, started together; their cost
 //     is summed.

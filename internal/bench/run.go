@@ -172,17 +172,16 @@ type system struct {
 }
 
 // start starts a system under a unique application_name: the relay
-// ("outboxrelay run" plus RelayArgs), the ordered relay with one of its
-// designs ("outboxrelay run --ordering=aggregate --ordered-design=…" plus
-// RelayArgs; it creates the ordering index as it migrates) or the naive
-// poller ("outboxrelay naive-relay").
+// ("outboxrelay run" plus RelayArgs), the ordered relay ("outboxrelay run
+// --ordering=aggregate" plus RelayArgs; it creates the ordering index as
+// it migrates) or the naive poller ("outboxrelay naive-relay").
 func (r *runner) start(name string) (*system, error) {
 	var args []string
 	switch name {
 	case SystemNaive:
 		args = []string{"naive-relay"}
-	case SystemKeyscan, SystemDistinct:
-		args = []string{"run", "--ordering=aggregate", "--ordered-design=" + name}
+	case SystemKeyscan:
+		args = []string{"run", "--ordering=aggregate"}
 	default:
 		args = []string{"run"}
 	}
