@@ -72,9 +72,13 @@ type Config struct {
 	Exchange string
 	// Keep leaves the schema and the exchange in place. Default false.
 	Keep bool
-	// Executable is the outboxrelay binary run as "run" and "naive-relay".
-	// Default: the running executable (os.Executable).
-	Executable string
+	// RelayBinary is the outboxrelay binary measured, run as "migrate" and
+	// "run". Required.
+	RelayBinary string
+	// NaiveBinary is the binary run as "naive-relay", the naive poller:
+	// outboxrelay-bench. Default: the running executable (os.Executable),
+	// which must be outboxrelay-bench.
+	NaiveBinary string
 	// RelayArgs are appended to the relay's command line, for tuning
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
@@ -164,9 +168,9 @@ func (c Config) withDefaults() Config {
 	c.AMQPURL = cmp.Or(c.AMQPURL, "amqp://localhost:5672/")
 	c.Schema = cmp.Or(c.Schema, "outboxrelay_bench")
 	c.Exchange = cmp.Or(c.Exchange, "outboxrelay_bench")
-	if c.Executable == "" {
+	if c.NaiveBinary == "" {
 		if exe, err := os.Executable(); err == nil {
-			c.Executable = exe
+			c.NaiveBinary = exe
 		}
 	}
 	if len(c.Only) == 0 {
@@ -237,8 +241,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: Schema %q: must be 1 to 63 bytes", c.Schema)
 	case len(c.Exchange) > 255 || strings.HasPrefix(c.Exchange, "amq."):
 		return fmt.Errorf("bench: Exchange %q: must be at most 255 bytes and not start with %q", c.Exchange, "amq.")
-	case c.Executable == "":
-		return fmt.Errorf("bench: Executable: must name the outboxrelay binary")
+	case c.RelayBinary == "":
+		return fmt.Errorf("bench: RelayBinary: must name the outboxrelay binary")
+	case c.NaiveBinary == "":
+		return fmt.Errorf("bench: NaiveBinary: must name the outboxrelay-bench binary")
 	case c.DrainEvents < 1 || c.DrainEvents > maxEventNumber/4:
 		return fmt.Errorf("bench: DrainEvents %d: must be between 1 and %d", c.DrainEvents, maxEventNumber/4)
 	case c.PayloadBytes < 1:

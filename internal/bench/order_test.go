@@ -16,9 +16,9 @@ func TestShapeParsesAndPrints(t *testing.T) {
 	for _, bad := range []string{"", "1000", "x50", "1000x", "ax5", "1000×50"} {
 		require.Error(t, new(Shape).UnmarshalText([]byte(bad)), bad)
 	}
-	require.ErrorContains(t, Config{OrderedShapes: []Shape{{0, 5}}}.Validate(), "OrderedShapes 0x5")
-	require.ErrorContains(t, Config{Producers: 3, Only: []string{WorkloadOrdered}}.Validate(), "OrderedSteadyAggregates 1000")
-	require.NoError(t, Config{Producers: 3, Only: []string{WorkloadDrain}, Executable: "/bin/true"}.Validate())
+	require.ErrorContains(t, Config{OrderedShapes: []Shape{{0, 5}}, RelayBinary: "/bin/true"}.Validate(), "OrderedShapes 0x5")
+	require.ErrorContains(t, Config{Producers: 3, Only: []string{WorkloadOrdered}, RelayBinary: "/bin/true"}.Validate(), "OrderedSteadyAggregates 1000")
+	require.NoError(t, Config{Producers: 3, Only: []string{WorkloadDrain}, RelayBinary: "/bin/true"}.Validate())
 }
 
 func TestPlaceIsReadFromTheMessage(t *testing.T) {

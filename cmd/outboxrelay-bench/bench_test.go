@@ -34,7 +34,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "bench",
+	cmd := exec.CommandContext(ctx, binary,
 		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
 		"--schema="+schema, "--exchange="+exchange, "--json="+jsonPath,
 		"--drain-events=300", "--naive-drain-time=1s",
@@ -186,7 +186,7 @@ func TestBenchRunsHorizonAtTinySize(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "bench",
+	cmd := exec.CommandContext(ctx, binary,
 		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
 		"--schema="+testkit.UniqueName("bench"), "--exchange="+testkit.UniqueName("outboxrelay_bench"),
 		"--json="+jsonPath, "--only=horizon", "--producers=2", "--drain-wait=30s",
@@ -297,7 +297,7 @@ func TestBenchReadsTheMetricsWhereRelayArgsServeThem(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "bench",
+	cmd := exec.CommandContext(ctx, binary,
 		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(),
 		"--schema="+testkit.UniqueName("bench"), "--exchange="+testkit.UniqueName("outboxrelay_bench"),
 		"--json="+jsonPath, "--only=drain", "--drain-events=200", "--naive-drain-time=1s", "--drain-wait=30s",
@@ -378,10 +378,10 @@ func TestBenchRefusesASchemaAnotherBenchIsUsing(t *testing.T) {
 	_, err = conn.Exec(context.Background(), `SELECT pg_advisory_lock(hashtext('outboxrelay bench ' || $1))`, schema)
 	require.NoError(t, err)
 
-	code, _, stderr := runOnce(t, []string{"PATH=" + os.Getenv("PATH")}, "bench",
+	code, _, stderr := runOnce(t, binary, []string{"PATH=" + os.Getenv("PATH")},
 		"--database-url="+dbURL, "--amqp-url="+testkit.AMQPURL(), "--schema="+schema, "--json=")
 	require.Equal(t, 1, code, stderr)
-	require.Contains(t, stderr, "another outboxrelay bench is running")
+	require.Contains(t, stderr, "another outboxrelay-bench is running")
 	require.EqualValues(t, 0, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema),
 		"the refused benchmark created its schema")
 }
