@@ -87,15 +87,12 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	ordered := s.cfg.Ordering == OrderAggregate
 	var scan int64  // ordered: the pending rows the claim reads
 	var heads int64 // ordered: the heads a full read found, -1 if not full
-	switch {
-	case ordered && s.cfg.OrderedDesign == DesignDistinct:
-		args = append(args, s.cursor.Load(), s.depth.heads(limit))
-	case ordered:
+	if ordered {
 		// Every parked row, due or not: one not due holds its aggregate.
 		floor, parked := s.floorAndParked()
 		scan = s.scan.next(limit)
 		args = append(args, floor, scan, parked)
-	default:
+	} else {
 		args = append(args, s.floor.at.Load(), s.dueParked(limit))
 	}
 	rows, err := s.claimRows(ctx, published, args)
@@ -114,7 +111,6 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 		firstBack map[string]int64
 		batchMore bool // ordered: the statement's "more"
 	)
-	var keys []string // ordered: each row's aggregate
 	if ordered {
 		firstBack = map[string]int64{}
 	}
@@ -129,18 +125,13 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
 		}
 		e := r.event()
-		switch {
-		case scan > 0 && r.cursor.Valid:
-			heads = r.cursor.Int64
-		case scan > 0:
+		if ordered {
 			heads = -1
-		case r.cursor.Valid:
-			s.cursor.Store(r.cursor.Int64)
+			if r.heads.Valid {
+				heads = r.heads.Int64
+			}
 		}
 		batchMore = batchMore || r.more
-		if ordered {
-			keys = append(keys, e.OrderingKey)
-		}
 		n := len(e.Payload) + len(e.Headers)
 		received += n
 		if len(events) == 0 || size+n <= s.cfg.MaxBatchBytes {
@@ -181,10 +172,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	more := len(events)+len(overflow) >= limit
 	if ordered {
 		more = batchMore
-		s.depth.observe(limit, keys)
-		if scan > 0 {
-			s.scan.observe(limit, len(events)+len(overflow), scan, heads)
-		}
+		s.scan.observe(limit, len(events)+len(overflow), scan, heads)
 	}
 	return Batch{Lease: lease, Events: events, LeaseFor: s.cfg.Lease, More: more}, nil
 }

@@ -155,12 +155,6 @@ type Config struct {
 	// (docs/performance.md, "Behind PgBouncer"). Default false: a direct
 	// connection or a session-mode pool.
 	Pooled bool
-	// OrderedDesign picks how an ordered claim finds the aggregates it may
-	// claim: "keyscan" (default), a round-robin walk over the ordering index
-	// that costs one index descent per aggregate passed; or "distinct",
-	// seed 003's DISTINCT ON over every pending row, kept for the benchmark
-	// that compares the two.
-	OrderedDesign string
 	// DeleteConfirmed has MarkPublished, and the marks that ride on a
 	// claim, delete the rows of confirmed events instead of setting them
 	// published: no published row is kept, for --retention=0. A delete
@@ -190,12 +184,6 @@ const (
 	DeadLetterContinue DeadLetterPolicy = "continue"
 )
 
-// The ordered designs; see Config.OrderedDesign.
-const (
-	DesignKeyscan  = "keyscan"
-	DesignDistinct = "distinct"
-)
-
 // WithDefaults returns the configuration with every default filled in.
 func (c Config) WithDefaults() Config { return c.withDefaults() }
 
@@ -221,7 +209,6 @@ func (c Config) withDefaults() Config {
 		c.OrderingKey = []string{c.Columns.AggregateType, c.Columns.AggregateID}
 	}
 	c.OrderedDeadLetter = cmp.Or(c.OrderedDeadLetter, DeadLetterBlock)
-	c.OrderedDesign = cmp.Or(c.OrderedDesign, DesignKeyscan)
 	c.SweepInterval = cmp.Or(c.SweepInterval, 10*time.Minute)
 	return c
 }
@@ -264,8 +251,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("claim: Ordering %q: want %q or %q", c.Ordering, OrderNone, OrderAggregate)
 	case c.OrderedDeadLetter != DeadLetterBlock && c.OrderedDeadLetter != DeadLetterContinue:
 		return fmt.Errorf("claim: OrderedDeadLetter %q: want %q or %q", c.OrderedDeadLetter, DeadLetterBlock, DeadLetterContinue)
-	case c.OrderedDesign != DesignKeyscan && c.OrderedDesign != DesignDistinct:
-		return fmt.Errorf("claim: OrderedDesign %q: want %q or %q", c.OrderedDesign, DesignKeyscan, DesignDistinct)
 	}
 	seen := map[string]bool{}
 	for _, col := range c.OrderingKey {

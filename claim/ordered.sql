@@ -45,10 +45,9 @@
 --   sized  the count and byte budgets, filled rank by rank (the first event
 --          of every run, oldest aggregates first, then the second, …) so a
 --          batch spans as many aggregates as it can.
--- It returns each row with its key as text and, in every row, in the
--- column where the distinct design returns its cursor, how many heads the
--- read found if it read all of its $6 rows, and whether the claim left
--- claimable rows beyond the batch ("more").
+-- It returns each row with its key as text and, in every row, how many
+-- heads the read found if it read all of its $6 rows, and whether the
+-- claim left claimable rows beyond the batch ("more").
 
 -- name: claim_ordered
 -- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
@@ -125,98 +124,12 @@ WHERE o.{{.ID}} = ANY (ARRAY (SELECT id FROM sized WHERE taken))
 RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
     o.{{.EventType}}::text, o.{{.Payload}}::text, o.{{.Headers}}::text, o.{{.Exchange}}::text,
     o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}},
-    -- The cursor's place: how many heads a full read found (NULL when the
+    -- The key as text; how many heads a full read found (NULL when the
     -- read came back short of $6 rows: no more are pending); then "more",
     -- a head left out of the batch, which another claim can take.
     ROW({{key "o"}})::text,
     CASE WHEN (SELECT count(*) FROM cand) >= $6 THEN (SELECT count(*) FROM ranked WHERE rank = 1 AND ready) END,
     EXISTS (SELECT 1 FROM sized WHERE rank = 1 AND NOT taken);
-
--- The distinct design (Config.OrderedDesign "distinct"), seed 003's
--- approach B, kept for the benchmark that compares it: DISTINCT ON picks
--- every aggregate's head out of all blocking rows, from the head of the
--- ordering index. {{.Blocking}} are the statuses that hold an aggregate
--- back: pending, and failed under the block policy. Its steps after the
--- heads are the ones of the walk this file held before the claim above;
--- it returns the same columns, with the last head's id as the cursor.
-
--- name: claim_ordered_distinct
--- $1 batch size, $2 lease in milliseconds, $3 lease id, $4 byte budget,
--- $5 cursor (a row id; 0 or a deleted row starts from the first key),
--- $6 the most heads to take (at most $1).
-WITH RECURSIVE
-start AS (
-    SELECT {{keyAs "s"}} FROM {{.Table}} AS s WHERE s.{{.ID}} = $5::bigint
-),
-
--- Seed 003's approach B: DISTINCT ON picks every aggregate's head out of
--- all blocking rows; the oldest claimable heads go first.
-heads AS (
-    SELECT * FROM (
-        SELECT DISTINCT ON ({{key "p"}}) {{keyAs "p"}}, p.{{.ID}} AS id, p.{{.ID}} AS n,
-            p.{{.Status}} = {{.Pending}} AND p.{{.AvailableAt}} <= now() AS ready,
-            {{size "p"}} AS size
-        FROM {{.Table}} AS p
-        WHERE p.{{.Status}} IN ({{.Blocking}})
-        ORDER BY {{key "p"}}, p.{{.ID}}) AS d
-    WHERE ready
-    ORDER BY id
-    LIMIT $6
-),
--- With every head in hand, "more" is only a guess: a full batch.
-more AS (
-    SELECT count(*) >= $6 AS more FROM heads
-),
-
-runs AS (
-    -- The head itself, then the rest of its run: with as many heads as the
-    -- batch takes, the run is the head alone, and LIMIT 0 reads nothing.
-    SELECT h.id, h.id AS head, h.n AS hn, true AS ready, h.size
-    FROM heads AS h
-    UNION ALL
-    SELECT r.id, h.id, h.n, r.ready, r.size
-    FROM heads AS h CROSS JOIN LATERAL (
-        SELECT p.{{.ID}} AS id,
-            p.{{.Status}} = {{.Pending}} AND p.{{.AvailableAt}} <= now() AS ready,
-            {{size "p"}} AS size
-        FROM {{.Table}} AS p
-        WHERE ({{key "p"}}) = ({{keyOf "h"}}) AND p.{{.Status}} IN ({{.Blocking}}) AND p.{{.ID}} > h.id
-        ORDER BY p.{{.ID}}
-        LIMIT (SELECT ceil($1::float8 / count(*))::bigint - 1 FROM heads)) AS r
-),
-cut AS (
-    SELECT id, head, hn, rank, size FROM (
-        SELECT r.*, row_number() OVER w AS rank, bool_and(r.ready) OVER w AS ok
-        FROM runs AS r
-        WINDOW w AS (PARTITION BY r.head ORDER BY r.id)) AS c
-    WHERE ok
-),
-locked AS (
-    SELECT t.{{.ID}} AS id FROM {{.Table}} AS t
-    WHERE t.{{.ID}} = ANY (ARRAY (SELECT id FROM cut))
-      AND t.{{.Status}} = {{.Pending}} AND t.{{.AvailableAt}} <= now()
-    FOR UPDATE SKIP LOCKED
-),
-kept AS (
-    SELECT id, rank, hn, size FROM (
-        SELECT c.*, row_number() OVER (PARTITION BY c.head ORDER BY c.rank) AS got
-        FROM cut AS c JOIN locked AS l ON l.id = c.id) AS k
-    WHERE got = rank
-),
-sized AS (
-    SELECT id, row_number() OVER w AS n, sum(size) OVER w AS upto
-    FROM kept
-    WINDOW w AS (ORDER BY rank, hn)
-)
-UPDATE {{.Table}} AS o SET
-    {{.AvailableAt}} = now() + $2 * interval '1 millisecond',
-    {{.LeaseID}} = $3,
-    {{.Attempts}} = o.{{.Attempts}} + 1
-WHERE o.{{.ID}} = ANY (ARRAY (SELECT id FROM sized WHERE n <= $1 AND (n = 1 OR upto <= $4)))
-RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
-    o.{{.EventType}}::text, o.{{.Payload}}::text, o.{{.Headers}}::text, o.{{.Exchange}}::text,
-    o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}},
-    ROW({{key "o"}})::text, (SELECT id FROM heads ORDER BY n DESC LIMIT 1), (SELECT more FROM more);
 
 -- name: check_ordering
 -- $1 the table (regclass text), $2 the ordering key's columns then the id

@@ -45,31 +45,26 @@ func byAggregate(events []claim.Event) map[string][]int64 {
 
 func TestOrderedClaimTakesEachAggregateOnceAndInOrder(t *testing.T) {
 	t.Parallel()
-	for _, design := range []string{claim.DesignKeyscan, claim.DesignDistinct} {
-		t.Run(design, func(t *testing.T) {
-			t.Parallel()
-			s, pool := newOrderedStore(t, claim.Config{OrderedDesign: design})
-			insertAggregates(t, pool, 3, 4)
-			b, err := s.Claim(context.Background(), 100)
-			require.NoError(t, err)
-			require.Len(t, b.Events, 12, "three aggregates, each a run of four")
-			runs := byAggregate(b.Events)
-			require.Len(t, runs, 3)
-			for key, ids := range runs {
-				require.IsIncreasing(t, ids, key)
-			}
-			again, err := s.Claim(context.Background(), 100)
-			require.NoError(t, err)
-			require.Empty(t, again.Events, "every aggregate has a leased head")
-
-			// A new event of a leased aggregate waits for its head.
-			testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'e', '{}'), ('order', '9', 'e', '{}')`)
-			next, err := s.Claim(context.Background(), 100)
-			require.NoError(t, err)
-			require.Len(t, next.Events, 1)
-			require.Equal(t, "(order,9)", next.Events[0].OrderingKey)
-		})
+	s, pool := newOrderedStore(t, claim.Config{})
+	insertAggregates(t, pool, 3, 4)
+	b, err := s.Claim(context.Background(), 100)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 12, "three aggregates, each a run of four")
+	runs := byAggregate(b.Events)
+	require.Len(t, runs, 3)
+	for key, ids := range runs {
+		require.IsIncreasing(t, ids, key)
 	}
+	again, err := s.Claim(context.Background(), 100)
+	require.NoError(t, err)
+	require.Empty(t, again.Events, "every aggregate has a leased head")
+
+	// A new event of a leased aggregate waits for its head.
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'e', '{}'), ('order', '9', 'e', '{}')`)
+	next, err := s.Claim(context.Background(), 100)
+	require.NoError(t, err)
+	require.Len(t, next.Events, 1)
+	require.Equal(t, "(order,9)", next.Events[0].OrderingKey)
 }
 
 func TestOrderedClaimSpreadsTheBatchOverAggregates(t *testing.T) {
@@ -138,43 +133,6 @@ func TestOrderedCheckNeedsTheIndex(t *testing.T) {
 	s, err := claim.New(pool, claim.Config{Ordering: claim.OrderAggregate})
 	require.NoError(t, err)
 	require.ErrorIs(t, s.Check(context.Background()), claim.ErrNoOrderingIndex)
-}
-
-// TestOrderedClaimTakesLongerRunsOnceAggregatesProveDeep follows the depth
-// gauge of the distinct design: while claims take a head per aggregate,
-// the batch spans as many aggregates as it holds; once the same aggregates
-// come back within a few claims (they have more events), claims take a
-// quarter of the heads, each with a run of up to four events.
-func TestOrderedClaimTakesLongerRunsOnceAggregatesProveDeep(t *testing.T) {
-	t.Parallel()
-	s, pool := newOrderedStore(t, claim.Config{OrderedDesign: claim.DesignDistinct})
-	insertAggregates(t, pool, 200, 10)
-	ctx := context.Background()
-	claimAndPublish := func() claim.Batch {
-		t.Helper()
-		b, err := s.Claim(ctx, 100)
-		require.NoError(t, err)
-		_, err = s.MarkPublished(ctx, ids(b.Events))
-		require.NoError(t, err)
-		return b
-	}
-	// 200 aggregates, 100 heads a claim: the third claim meets the
-	// aggregates of the first again.
-	for i := range 3 {
-		b := claimAndPublish()
-		require.Len(t, b.Events, 100, "claim %d", i+1)
-		require.Len(t, byAggregate(b.Events), 100, "claim %d: one event per aggregate", i+1)
-	}
-	for i := range 3 {
-		b := claimAndPublish()
-		require.Len(t, b.Events, 100, "deep claim %d", i+1)
-		runs := byAggregate(b.Events)
-		require.Len(t, runs, 25, "deep claim %d: a quarter of the heads", i+1)
-		for key, run := range runs {
-			require.Len(t, run, 4, "deep claim %d: %s", i+1, key)
-			require.IsIncreasing(t, run, key)
-		}
-	}
 }
 
 // TestOrderedClaimSaysWhetherMoreIsClaimable checks Batch.More: set while

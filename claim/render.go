@@ -36,14 +36,11 @@ func render(cfg Config) (queries, error) {
 		"Pending":   literal(cfg.Statuses.Pending),
 		"Published": literal(cfg.Statuses.Published),
 		"Failed":    literal(cfg.Statuses.Failed),
-		"Blocking":  literal(cfg.Statuses.Pending),
-		"Design":    cfg.OrderedDesign,
 		// BlockFailed (non-empty: true) says a dead letter holds its
 		// aggregate back.
 		"BlockFailed": "",
 	}
 	if cfg.OrderedDeadLetter == DeadLetterBlock {
-		data["Blocking"] += ", " + literal(cfg.Statuses.Failed)
 		data["BlockFailed"] = "true"
 	}
 	for _, col := range cfg.Columns.named() {
@@ -97,9 +94,6 @@ func render(cfg Config) (queries, error) {
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]
-		if cfg.OrderedDesign == DesignDistinct {
-			q.claim = named["claim_ordered_distinct"]
-		}
 	}
 	if cfg.DeleteConfirmed {
 		q.markPublished = named["delete_confirmed"]

@@ -18,7 +18,7 @@ type scanned struct {
 	createdAt                          time.Time
 	attempts                           int
 	orderingKey                        string      // ordered only
-	cursor                             pgtype.Int8 // ordered only
+	heads                              pgtype.Int8 // ordered only
 	more                               bool        // ordered only
 }
 
@@ -28,7 +28,7 @@ func (r *scanned) targets(ordered bool) []any {
 	dest := []any{&r.id, &r.eventID, &r.aggregateType, &r.aggregateID, &r.evType,
 		&r.payload, &r.headers, &r.exchange, &r.routingKey, &r.createdAt, &r.attempts}
 	if ordered {
-		dest = append(dest, &r.orderingKey, &r.cursor, &r.more)
+		dest = append(dest, &r.orderingKey, &r.heads, &r.more)
 	}
 	return dest
 }

@@ -118,14 +118,8 @@ type Store struct {
 	// received, 0 before the first: a claim asks for no more events than
 	// MaxBatchBytes takes at that size.
 	eventSize atomic.Int64
-	// cursor is where the next ordered claim's key walk starts: the id of
-	// the last aggregate head the previous one chose.
-	cursor atomic.Int64
-	// depth chooses how many aggregates an ordered claim of the distinct
-	// design takes; scan how many pending rows one of the default design
-	// reads.
-	depth depthGauge
-	scan  orderedScan
+	// scan is how many pending rows an ordered claim reads.
+	scan orderedScan
 	// seq is the id column's sequence, once LastInsertID has found it.
 	seqMu sync.Mutex
 	seq   *string

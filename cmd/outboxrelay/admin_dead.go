@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outboxrelay/internal/admin"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // DeadCmd lists dead-lettered events.
@@ -24,9 +25,9 @@ type DeadCmd struct {
 func (c *DeadCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	switch {
 	case c.Limit < 0:
-		return usagef("--limit %d: must not be negative", c.Limit)
+		return cli.Usagef("--limit %d: must not be negative", c.Limit)
 	case c.OlderThan < 0:
-		return usagef("--older-than %s: must not be negative", c.OlderThan)
+		return cli.Usagef("--older-than %s: must not be negative", c.OlderThan)
 	}
 	a, closeConn, err := c.open(ctx)
 	if err != nil {

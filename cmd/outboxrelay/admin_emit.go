@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/outboxrelay/outboxrelay/internal/admin"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // EmitCmd inserts test events.
@@ -27,11 +28,11 @@ type EmitCmd struct {
 func (c *EmitCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	switch {
 	case c.Count < 0:
-		return usagef("--count %d: must not be negative", c.Count)
+		return cli.Usagef("--count %d: must not be negative", c.Count)
 	case c.Rate < 0:
-		return usagef("--rate %g: must not be negative", c.Rate)
+		return cli.Usagef("--rate %g: must not be negative", c.Rate)
 	case c.Payload != "" && !json.Valid([]byte(c.Payload)):
-		return usagef("--payload: not valid JSON")
+		return cli.Usagef("--payload: not valid JSON")
 	}
 	a, closeConn, err := c.open(ctx)
 	if err != nil {

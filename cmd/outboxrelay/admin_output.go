@@ -18,6 +18,7 @@ import (
 
 	"github.com/outboxrelay/outboxrelay/claim"
 	"github.com/outboxrelay/outboxrelay/internal/admin"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
@@ -37,7 +38,7 @@ type ChannelFlag struct {
 
 func (f ChannelFlag) check() error {
 	if f.Channel == "" || len(f.Channel) > 63 {
-		return usagef("--channel %q: must be 1 to 63 bytes", f.Channel)
+		return cli.Usagef("--channel %q: must be 1 to 63 bytes", f.Channel)
 	}
 	return nil
 }
@@ -47,7 +48,7 @@ func (f ChannelFlag) check() error {
 // and a function that closes the connection.
 func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	if f.QueryTimeout <= 0 {
-		return nil, nil, usagef("--query-timeout %s: must be positive", f.QueryTimeout)
+		return nil, nil, cli.Usagef("--query-timeout %s: must be positive", f.QueryTimeout)
 	}
 	cc, err := f.claimConfig()
 	if err != nil {
@@ -56,7 +57,7 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 	cc.QueryTimeout = f.QueryTimeout
 	cfg, err := pgx.ParseConfig(f.DatabaseURL)
 	if err != nil {
-		return nil, nil, usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
+		return nil, nil, cli.Usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
 	}
 	if err := requirePrimary(&cfg.Config, f.DatabaseURL, "--database-url / DATABASE_URL"); err != nil {
 		return nil, nil, err // the commands read what the relay writes, and some write
@@ -76,14 +77,14 @@ func (f AdminFlags) open(ctx context.Context) (*admin.Admin, func(), error) {
 		if noPrimary(err) {
 			hint = "; no server of the URL takes writes: the primary is down, or a failover is under way"
 		}
-		return nil, nil, usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
+		return nil, nil, cli.Usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
 	}
 	closeConn := func() { conn.Close(context.WithoutCancel(ctx)) }
 	timeout := map[string]string{"statement_timeout": strconv.FormatInt(f.QueryTimeout.Milliseconds(), 10)}
 	a, err := admin.New(claim.NewLocalSettings(conn, timeout), cc)
 	if err != nil {
 		closeConn()
-		return nil, nil, usageError{err}
+		return nil, nil, cli.Usage(err)
 	}
 	return a, closeConn, nil
 }
@@ -95,9 +96,9 @@ func (f AdminFlags) tableError(err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case pgerrcode.UndefinedTable, pgerrcode.InvalidSchemaName:
-			return usagef("--table %s: %v", f.Table, err)
+			return cli.Usagef("--table %s: %v", f.Table, err)
 		case pgerrcode.UndefinedColumn:
-			return usagef("--table %s and its --column-* / --ordering-key mapping: %v", f.Table, err)
+			return cli.Usagef("--table %s and its --column-* / --ordering-key mapping: %v", f.Table, err)
 		}
 	}
 	return err

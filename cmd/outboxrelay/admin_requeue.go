@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outboxrelay/internal/admin"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // RequeueCmd puts dead-lettered events back to pending.
@@ -36,7 +37,7 @@ type requeueJSON struct {
 func (c *RequeueCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	sel := admin.Selector{IDs: c.IDs, EventType: c.EventType, All: c.All}
 	if err := sel.Validate(); err != nil {
-		return usagef("requeue: choose exactly one of --id, --event-type or --all")
+		return cli.Usagef("requeue: choose exactly one of --id, --event-type or --all")
 	}
 	if err := c.check(); err != nil {
 		return err

@@ -3,19 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/lmittmann/tint"
-	"github.com/mattn/go-isatty"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 	"github.com/outboxrelay/outboxrelay/migrations"
 )
@@ -23,38 +20,6 @@ import (
 // DatabaseFlags reach PostgreSQL.
 type DatabaseFlags struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL connection URL; pool settings (pool_max_conns) and search_path may be given in it, and several hosts (pg-1:5432,pg-2:5432) to follow a failover: the relay connects only to a server that takes writes (target_session_attrs=read-write)."`
-}
-
-// LogFlags shape the logs.
-type LogFlags struct {
-	LogFormat string `name:"log-format" env:"OUTBOX_LOG_FORMAT" default:"auto" enum:"auto,text,json" help:"Log format: auto (colored text on a terminal, JSON otherwise), text or json."`
-	LogLevel  string `name:"log-level" env:"OUTBOX_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Lowest level logged: debug, info, warn or error."`
-}
-
-func (f LogFlags) logger(w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(f.LogLevel)) // the enum already checked it
-	format := f.LogFormat
-	if format == "auto" {
-		format = "json"
-		if file, ok := w.(*os.File); ok && isatty.IsTerminal(file.Fd()) {
-			format = "text"
-		}
-	}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDuration}))
-	}
-	return slog.New(tint.NewTextHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
-}
-
-// readableDuration writes a duration as Go prints it ("5s", "1.5ms")
-// rather than as slog's JSON default, an integer of nanoseconds that a
-// reader of the logs has to divide.
-func readableDuration(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		return slog.String(a.Key, a.Value.Duration().String())
-	}
-	return a
 }
 
 // poolConfig parses DATABASE_URL for the relay's pool, with its own
@@ -66,7 +31,7 @@ func readableDuration(_ []string, a slog.Attr) slog.Attr {
 func (f DatabaseFlags) poolConfig(store claim.Config, workers int) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(f.DatabaseURL)
 	if err != nil {
-		return nil, usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
+		return nil, cli.Usagef("--database-url / DATABASE_URL: %v", redact.Error(err, f.DatabaseURL))
 	}
 	if !strings.Contains(f.DatabaseURL, "pool_max_conns") {
 		cfg.MaxConns = int32(max(workers+3, 4))
@@ -91,7 +56,7 @@ func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store clai
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, usagef("PostgreSQL at %s: %v", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL))
+		return nil, cli.Usagef("PostgreSQL at %s: %v", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL))
 	}
 	err = awaitPrimary(ctx, log, f.DatabaseURL, func(ctx context.Context) error {
 		pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -104,7 +69,7 @@ func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store clai
 		if strings.Contains(err.Error(), "unsupported startup parameter") {
 			hint = pgbouncerHint
 		}
-		return nil, usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
+		return nil, cli.Usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
 	}
 	return pool, nil
 }
@@ -121,7 +86,7 @@ const pgbouncerHint = "; this looks like PgBouncer: through a transaction-mode p
 func sessionConn(ctx context.Context, log *slog.Logger, rawURL, flag string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
-		return nil, usagef("%s: %v", flag, redact.Error(err, rawURL))
+		return nil, cli.Usagef("%s: %v", flag, redact.Error(err, rawURL))
 	}
 	if err := requirePrimary(&cfg.Config, rawURL, flag); err != nil {
 		return nil, err
@@ -139,17 +104,17 @@ func sessionConn(ctx context.Context, log *slog.Logger, rawURL, flag string) (*p
 		return err
 	})
 	if err != nil {
-		return nil, usagef("PostgreSQL at %s unreachable: %v", redact.URL(rawURL), redact.Error(err, rawURL))
+		return nil, cli.Usagef("PostgreSQL at %s unreachable: %v", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := migrations.RequireSession(checkCtx, conn); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		if errors.Is(err, migrations.ErrTransactionPooled) {
-			return nil, usagef("%s %s: %v; run `outboxrelay migrate` with a direct DATABASE_URL, "+
+			return nil, cli.Usagef("%s %s: %v; run `outboxrelay migrate` with a direct DATABASE_URL, "+
 				"or give `run` a direct --listener-url, which it migrates through", flag, redact.URL(rawURL), err)
 		}
-		return nil, usagef("PostgreSQL at %s: %v", redact.URL(rawURL), redact.Error(err, rawURL))
+		return nil, cli.Usagef("PostgreSQL at %s: %v", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	return conn, nil
 }

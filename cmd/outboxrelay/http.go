@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/health"
 	"github.com/outboxrelay/outboxrelay/internal/metrics"
 	"github.com/outboxrelay/outboxrelay/notify"
@@ -71,7 +72,7 @@ type opsParts struct {
 func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 	if f.HTTPAddr == "" {
 		if f.Pprof {
-			return nil, usagef("--pprof / OUTBOX_PPROF: needs --http-addr, which is empty")
+			return nil, cli.Usagef("--pprof / OUTBOX_PPROF: needs --http-addr, which is empty")
 		}
 		return nil, nil
 	}
@@ -152,7 +153,7 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 	}
 	o.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if o.ln, err = net.Listen("tcp", f.HTTPAddr); err != nil {
-		return nil, usagef("--http-addr / OUTBOX_HTTP_ADDR: %v", err)
+		return nil, cli.Usagef("--http-addr / OUTBOX_HTTP_ADDR: %v", err)
 	}
 	return o, nil
 }

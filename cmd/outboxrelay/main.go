@@ -27,41 +27,17 @@
 //	2  bad configuration or usage (an unknown flag, a bad value, requeue
 //	   without exactly one of --id, --event-type, --all, a table or column
 //	   that does not exist) or a service that cannot be reached at start-up
-//
-// Compatibility: the commands, flags, environment variables, exit codes,
-// metric names and labels, and the fields of the JSON logs are the
-// promise; until v1.0.0 a change that breaks them is named in
-// CHANGELOG.md. Log messages' wording is not.
 package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"github.com/alecthomas/kong"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
-
-// Exit codes.
-const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
-)
-
-// usageError is a configuration problem or a service unreachable at
-// start-up: exit code 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -73,53 +49,35 @@ func main() {
 // Main runs the command line args and returns the exit code. exit is called
 // by --help.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, exit func(int)) int {
-	var cli CLI
-	parser, err := kong.New(&cli,
-		kong.Name("outboxrelay"),
-		kong.Description("Relays events from a PostgreSQL outbox table to RabbitMQ with publisher confirms."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(exit),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-	)
-	if err != nil {
-		fmt.Fprintf(stderr, "outboxrelay: %v\n", err)
-		return exitFailure
-	}
-	kctx, err := parser.Parse(args)
-	if err != nil {
-		fmt.Fprintf(stderr, "outboxrelay: %s\n", oneLine(err.Error()))
-		return exitUsage
-	}
-	switch kctx.Command() {
-	case "migrate":
-		err = cli.Migrate.Run(ctx, stderr)
-	case "bench":
-		err = cli.Bench.Run(ctx, stdout, stderr)
-	case "naive-relay":
-		err = cli.NaiveRelay.Run(ctx, stderr)
-	case "status":
-		err = cli.Status.Run(ctx, stdout)
-	case "dead":
-		err = cli.Dead.Run(ctx, stdout, stderr)
-	case "requeue":
-		err = cli.Requeue.Run(ctx, stdout, stderr)
-	case "emit":
-		err = cli.Emit.Run(ctx, stdout, stderr)
-	case "sql":
-		err = cli.SQL.Run(stdout)
-	case "tail":
-		err = cli.Tail.Run(ctx, stdout, stderr)
-	default:
-		err = cli.Run.Run(ctx, stderr)
-	}
+	var c CLI
+	cmd, err := cli.Parse("outboxrelay", "Relays events from a PostgreSQL outbox table to RabbitMQ with publisher confirms.",
+		&c, args, stdout, stderr, exit)
 	if err == nil {
-		return exitOK
+		err = c.run(ctx, cmd, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "outboxrelay: %s\n", oneLine(err.Error()))
-	if errors.As(err, new(usageError)) {
-		return exitUsage
+	return cli.ExitCode("outboxrelay", err, stderr)
+}
+
+// run runs the command cmd.
+func (c *CLI) run(ctx context.Context, cmd string, stdout, stderr io.Writer) error {
+	switch cmd {
+	case "migrate":
+		return c.Migrate.Run(ctx, stderr)
+	case "status":
+		return c.Status.Run(ctx, stdout)
+	case "dead":
+		return c.Dead.Run(ctx, stdout, stderr)
+	case "requeue":
+		return c.Requeue.Run(ctx, stdout, stderr)
+	case "emit":
+		return c.Emit.Run(ctx, stdout, stderr)
+	case "sql":
+		return c.SQL.Run(stdout)
+	case "tail":
+		return c.Tail.Run(ctx, stdout, stderr)
+	default:
+		return c.Run.Run(ctx, stderr)
 	}
-	return exitFailure
 }
 
 // CLI is the command line.
@@ -133,17 +91,4 @@ type CLI struct {
 	Emit    EmitCmd    `cmd:"" help:"Insert test events, for smoke tests and demos."`
 	SQL     SQLCmd     `cmd:"" name:"sql" help:"Print the drop-in install SQL for --table and its mapping, to pipe into psql."`
 	Tail    TailCmd    `cmd:"" help:"Print the messages arriving on an exchange, through a temporary queue, until interrupted."`
-
-	Bench      BenchCmd      `cmd:"" help:"Benchmark the relay against a naive poller and the broker's ceiling."`
-	NaiveRelay NaiveRelayCmd `cmd:"" name:"naive-relay" hidden:"" help:"Run the naive poller the benchmark compares with."`
-}
-
-// oneLine folds a multi-line error (pgx lists every host it tried on a line
-// of its own) into one line.
-func oneLine(s string) string {
-	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
-	for i, l := range lines {
-		lines[i] = strings.TrimSpace(l)
-	}
-	return strings.Join(lines, " ")
 }

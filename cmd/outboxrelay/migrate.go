@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
@@ -12,7 +13,7 @@ import (
 // flags, on that table or on one of your own.
 type MigrateCmd struct {
 	DatabaseFlags
-	LogFlags
+	cli.LogFlags
 	SchemaFlags
 }
 
@@ -26,7 +27,7 @@ func (c *MigrateCmd) Run(ctx context.Context, stderr io.Writer) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	log := c.logger(stderr).With("component", "migrate")
+	log := c.Logger(stderr).With("component", "migrate")
 	conn, err := sessionConn(ctx, log, c.DatabaseURL, "--database-url / DATABASE_URL")
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
@@ -33,7 +34,7 @@ func requirePrimary(cfg *pgconn.Config, rawURL, flag string) error {
 		switch attrs := strings.Trim(m[1], `'"`); attrs {
 		case "", "any", "read-write", "primary":
 		default:
-			return usagef("%s: target_session_attrs=%s: the relay writes, so it needs a primary; "+
+			return cli.Usagef("%s: target_session_attrs=%s: the relay writes, so it needs a primary; "+
 				"give read-write (its default) or primary", flag, attrs)
 		}
 	}

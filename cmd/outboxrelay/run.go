@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 	"github.com/outboxrelay/outboxrelay/internal/relay"
 	"github.com/outboxrelay/outboxrelay/notify"
@@ -28,7 +29,7 @@ type RunCmd struct {
 	DatabaseFlags
 	AMQPURL string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL, amqp:// or amqps:// (no credentials means guest/guest), or several separated by commas (a cluster's nodes), tried in turn at every connect."`
 	AMQPTLS
-	LogFlags
+	cli.LogFlags
 	SchemaFlags
 	HTTPFlags
 
@@ -55,8 +56,6 @@ type RunCmd struct {
 	MaxAttempts   int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
 	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
 	RetryMax      time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
-
-	OrderedDesign string `name:"ordered-design" env:"OUTBOX_ORDERED_DESIGN" default:"keyscan" enum:"keyscan,distinct" hidden:"" help:"How ordered claims find claimable aggregates (benchmarks compare the two)."`
 
 	Retention       time.Duration `name:"retention" env:"OUTBOX_RETENTION" default:"24h" help:"How long published events are kept before cleanup deletes them; 0 keeps none: a confirmed event's row is deleted at once, in place of its mark."`
 	CleanupInterval time.Duration `name:"cleanup-interval" env:"OUTBOX_CLEANUP_INTERVAL" default:"1m" help:"How often cleanup runs; 0 turns it off."`
@@ -94,7 +93,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		{c.NoListen && c.ListenerURL != "", "--no-listen", "polls only, with no session connection: it takes no --listener-url"},
 	} {
 		if ck.bad {
-			return claim.Config{}, publish.Config{}, relay.Config{}, usagef("%s %s", ck.flag, ck.msg)
+			return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usagef("%s %s", ck.flag, ck.msg)
 		}
 	}
 	cc, err := c.claimConfig()
@@ -106,15 +105,14 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 	cc.MaxAttempts = c.MaxAttempts
 	cc.RetryMin = c.RetryMin
 	cc.RetryMax = c.RetryMax
-	cc.OrderedDesign = c.OrderedDesign
 	cc.Pooled = c.pooled()
 	cc.DeleteConfirmed = c.Retention == 0
 	if err := cc.Validate(); err != nil {
-		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+		return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usage(err)
 	}
 	tlsConfig, err := c.AMQPTLS.config(c.AMQPURL)
 	if err != nil {
-		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+		return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usage(err)
 	}
 	pc := publish.Config{
 		TLS:            tlsConfig,
@@ -128,7 +126,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		if strings.Contains(err.Error(), "URL") {
 			err = fmt.Errorf("--amqp-url / AMQP_URL: %w", err)
 		}
-		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+		return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usage(err)
 	}
 	cleanup := c.CleanupInterval
 	if cleanup == 0 {
@@ -156,7 +154,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		Ordered:          cc.Ordered(),
 	}
 	if err := rc.Validate(); err != nil {
-		return claim.Config{}, publish.Config{}, relay.Config{}, usageError{err}
+		return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usage(err)
 	}
 	return cc, pc, rc, nil
 }
@@ -171,7 +169,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	if c.Migrate && !c.migrationsTable(cc) {
 		return notMigrationsTable(c.Table)
 	}
-	log := c.logger(stderr)
+	log := c.Logger(stderr)
 	if c.Procs > 0 {
 		runtime.GOMAXPROCS(c.Procs)
 	}
@@ -205,13 +203,13 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 
 	store, err := claim.New(pool, cc)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	err = store.Check(checkCtx)
 	cancel()
 	if err != nil {
-		return usagef("--table %s: %v", c.Table, err)
+		return cli.Usagef("--table %s: %v", c.Table, err)
 	}
 	if !c.NoListen {
 		checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -235,7 +233,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return usagef("RabbitMQ: %v", err)
+		return cli.Usagef("RabbitMQ: %v", err)
 	}
 	defer pub.Close()
 
@@ -247,7 +245,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	if !c.NoListen {
 		url, flag := c.sessionURL()
 		if session, err = pgx.ParseConfig(url); err != nil {
-			return usagef("%s: %v", flag, redact.Error(err, url))
+			return cli.Usagef("%s: %v", flag, redact.Error(err, url))
 		}
 		if err := requirePrimary(&session.Config, url, flag); err != nil {
 			return err // LISTEN is refused on a standby
@@ -259,7 +257,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			Logger:     log,
 		})
 		if err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 		wakeups = listener
 	}
@@ -277,9 +275,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		}
 	}
 
-	if cc.OrderedDesign != claim.DesignDistinct {
-		rc.Floor = store
-	}
+	rc.Floor = store
 	rc.Logger = log
 	var r *relay.Relay
 	table, _ := cc.TableIdentifier()
@@ -297,7 +293,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		if o != nil {
 			o.ln.Close()
 		}
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	log.Info("outboxrelay starting", "database", redact.URL(c.DatabaseURL), "amqp", redact.URL(c.AMQPURL),
 		"table", c.Table, "exchange", c.Exchange, "ordering", c.Ordering)
@@ -342,7 +338,7 @@ func (c *RunCmd) sessionURL() (url, flag string) {
 func (c *RunCmd) gate(ctx context.Context, pool *pgxpool.Pool, cc claim.Config) (*notify.Gate, error) {
 	table, err := cc.TableIdentifier()
 	if err != nil {
-		return nil, usageError{err}
+		return nil, cli.Usage(err)
 	}
 	var seq pgx.Identifier
 	if c.GateSeq != "" {
@@ -354,7 +350,7 @@ func (c *RunCmd) gate(ctx context.Context, pool *pgxpool.Pool, cc claim.Config) 
 	}
 	gate, err := notify.NewGate(pool, c.Channel, table, seq, 0)
 	if err != nil {
-		return nil, usagef("--gate-sequence: %v", err)
+		return nil, cli.Usagef("--gate-sequence: %v", err)
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -365,5 +361,5 @@ func (c *RunCmd) gate(ctx context.Context, pool *pgxpool.Pool, cc claim.Config) 
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable {
 		return nil, nil
 	}
-	return nil, usagef("--gate-sequence %s: %v", c.GateSeq, err)
+	return nil, cli.Usagef("--gate-sequence %s: %v", c.GateSeq, err)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/notify"
 	outboxsql "github.com/outboxrelay/outboxrelay/sql"
@@ -41,7 +42,7 @@ func (f SchemaFlags) migrationsTable(cc claim.Config) bool {
 // notMigrationsTable is run's refusal of a table the migrations do not
 // create, before anything is created.
 func notMigrationsTable(table string) error {
-	return usagef("--table %s: the built-in migrations create only the table outbox, with the default columns and statuses; "+
+	return cli.Usagef("--table %s: the built-in migrations create only the table outbox, with the default columns and statuses; "+
 		"install the relay's columns, indexes and trigger on your table with `outboxrelay migrate --table %[1]s` "+
 		"(or pipe `outboxrelay sql --table %[1]s` to psql), with the same column, status, ordering and channel flags, "+
 		"then run the relay with --no-migrate", table)
@@ -52,7 +53,7 @@ func notMigrationsTable(table string) error {
 func (f SchemaFlags) installSettings(cc claim.Config) (outboxsql.Settings, error) {
 	table, err := cc.TableIdentifier()
 	if err != nil {
-		return outboxsql.Settings{}, usageError{err}
+		return outboxsql.Settings{}, cli.Usage(err)
 	}
 	cc = cc.WithDefaults()
 	s := outboxsql.Settings{
@@ -101,7 +102,7 @@ func (f SchemaFlags) setupSchema(ctx context.Context, conn *pgx.Conn, log *slog.
 		return fmt.Errorf("look up table %s: %w", f.Table, err)
 	}
 	if schema == nil {
-		return usagef("--table %s: no such table: the built-in migrations create only the table outbox (with the default "+
+		return cli.Usagef("--table %s: no such table: the built-in migrations create only the table outbox (with the default "+
 			"columns and statuses); create your outbox table first, then install the relay's parts on it with these flags", f.Table)
 	}
 	s.Schema = *schema
@@ -120,7 +121,7 @@ func (c *RunCmd) checkTrigger(ctx context.Context, db notify.Querier, log *slog.
 	}
 	err = ts.Check(c.Table, c.Channel)
 	if mismatch := (*notify.TriggerMismatchError)(nil); errors.As(err, &mismatch) {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	if err != nil {
 		log.Warn("no notifications: events wait for the relay's sequence check or fallback poll", "err", err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // TableFlags name the outbox table, its columns and status values, and its
@@ -51,7 +52,7 @@ func (c TableFlags) claimConfig() (claim.Config, error) {
 		if strings.Contains(err.Error(), "OrderingKey") {
 			err = fmt.Errorf("--ordering-key / OUTBOX_ORDERING_KEY: %w", err)
 		}
-		return claim.Config{}, usageError{err}
+		return claim.Config{}, cli.Usage(err)
 	}
 	return cc, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 )
 
@@ -39,11 +40,11 @@ const tailReadyMessage = "bound a temporary queue; waiting for messages (Ctrl-C 
 // Run prints messages until ctx ends or Count have arrived.
 func (c TailCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	if c.Count < 0 {
-		return usagef("--count %d: must be 0 or more", c.Count)
+		return cli.Usagef("--count %d: must be 0 or more", c.Count)
 	}
 	tlsConfig, err := c.AMQPTLS.config(c.AMQPURL)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	conn, err := c.dial(tlsConfig)
 	if err != nil {
@@ -57,7 +58,7 @@ func (c TailCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := ch.ExchangeDeclarePassive(c.Exchange, "topic", true, false, false, false, nil); err != nil {
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
-			return usagef("--exchange %q: no such exchange on the broker: start the relay (it declares its exchange) or name another", c.Exchange)
+			return cli.Usagef("--exchange %q: no such exchange on the broker: start the relay (it declares its exchange) or name another", c.Exchange)
 		}
 		return fmt.Errorf("tail: check exchange %q: %w", c.Exchange, err)
 	}
@@ -104,7 +105,7 @@ func (c TailCmd) dial(tlsConfig *tls.Config) (*amqp.Connection, error) {
 		}
 		errs = append(errs, redact.Error(err, raw))
 	}
-	return nil, usagef("--amqp-url / AMQP_URL: %w", errors.Join(errs...))
+	return nil, cli.Usagef("--amqp-url / AMQP_URL: %w", errors.Join(errs...))
 }
 
 // tailMessage is what tail prints of a message.

@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // tracingShutdownTimeout bounds the flush of the last spans at exit.
@@ -41,7 +43,7 @@ func tracing(ctx context.Context, log *slog.Logger) (trace.Tracer, propagation.T
 	case exporter == "" && endpoint == "":
 		return nil, nil, func() {}, nil
 	case exporter != "" && exporter != "otlp":
-		return nil, nil, nil, usagef("OTEL_TRACES_EXPORTER=%s: only otlp and none are supported", exporter)
+		return nil, nil, nil, cli.Usagef("OTEL_TRACES_EXPORTER=%s: only otlp and none are supported", exporter)
 	}
 	protocol := strings.ToLower(env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
 	if protocol == "" {
@@ -57,16 +59,16 @@ func tracing(ctx context.Context, log *slog.Logger) (trace.Tracer, propagation.T
 	case "grpc":
 		exp, err = otlptracegrpc.New(ctx)
 	default:
-		return nil, nil, nil, usagef("OTEL_EXPORTER_OTLP_PROTOCOL=%s: want http/protobuf or grpc", protocol)
+		return nil, nil, nil, cli.Usagef("OTEL_EXPORTER_OTLP_PROTOCOL=%s: want http/protobuf or grpc", protocol)
 	}
 	if err != nil {
-		return nil, nil, nil, usagef("OpenTelemetry exporter: %v", err)
+		return nil, nil, nil, cli.Usagef("OpenTelemetry exporter: %v", err)
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(attribute.String("service.name", "outboxrelay"), attribute.String("service.version", version())),
 		resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
-		return nil, nil, nil, usagef("OpenTelemetry resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %v", err)
+		return nil, nil, nil, cli.Usagef("OpenTelemetry resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %v", err)
 	}
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})

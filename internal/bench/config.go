@@ -27,13 +27,12 @@ const (
 // Systems a workload runs on.
 const (
 	SystemRelay   = "relay"   // outboxrelay run, as a subprocess
-	SystemNaive   = "naive"   // outboxrelay naive-relay, as a subprocess
+	SystemNaive   = "naive"   // outboxrelay-bench naive-relay, as a subprocess
 	SystemCeiling = "ceiling" // the benchmark publishing straight to RabbitMQ
-	// The ordered relay (outboxrelay run --ordering=aggregate), by the
-	// design its claims find claimable aggregates with
-	// (--ordered-design).
-	SystemKeyscan  = "keyscan"  // a round-robin loose index scan
-	SystemDistinct = "distinct" // DISTINCT ON over all pending rows
+	// SystemKeyscan is the ordered relay (outboxrelay run
+	// --ordering=aggregate), named after the way its claims find
+	// claimable aggregates, a loose index scan, as in earlier results.
+	SystemKeyscan = "keyscan"
 )
 
 // Workloads lists every workload in the order Run runs them.
@@ -73,9 +72,13 @@ type Config struct {
 	Exchange string
 	// Keep leaves the schema and the exchange in place. Default false.
 	Keep bool
-	// Executable is the outboxrelay binary run as "run" and "naive-relay".
-	// Default: the running executable (os.Executable).
-	Executable string
+	// RelayBinary is the outboxrelay binary measured, run as "migrate" and
+	// "run". Required.
+	RelayBinary string
+	// NaiveBinary is the binary run as "naive-relay", the naive poller:
+	// outboxrelay-bench. Default: the running executable (os.Executable),
+	// which must be outboxrelay-bench.
+	NaiveBinary string
 	// RelayArgs are appended to the relay's command line, for tuning
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
@@ -114,12 +117,9 @@ type Config struct {
 	// runs interleaved. Default 2.
 	ProducerPairs int
 	// OrderedShapes are the ordered workload's backlogs, each drained by
-	// the relay, then by the ordered relay with each design. Default
-	// 1000x50, 100000x1, 1x10000.
+	// the relay, then by the ordered relay. Default 1000x50, 100000x1,
+	// 1x10000.
 	OrderedShapes []Shape
-	// OrderedDistinctTime is the most an ordered drain with the distinct
-	// design may take; its rate is what arrived by then. Default 30s.
-	OrderedDistinctTime time.Duration
 	// OrderedSteadyRate is the ordered workload's steady commit rate,
 	// events per second, written by Producers connections for
 	// SteadyDuration. Default 1000.
@@ -168,9 +168,9 @@ func (c Config) withDefaults() Config {
 	c.AMQPURL = cmp.Or(c.AMQPURL, "amqp://localhost:5672/")
 	c.Schema = cmp.Or(c.Schema, "outboxrelay_bench")
 	c.Exchange = cmp.Or(c.Exchange, "outboxrelay_bench")
-	if c.Executable == "" {
+	if c.NaiveBinary == "" {
 		if exe, err := os.Executable(); err == nil {
-			c.Executable = exe
+			c.NaiveBinary = exe
 		}
 	}
 	if len(c.Only) == 0 {
@@ -194,7 +194,6 @@ func (c Config) withDefaults() Config {
 	if len(c.OrderedShapes) == 0 {
 		c.OrderedShapes = []Shape{{1000, 50}, {100000, 1}, {1, 10000}}
 	}
-	c.OrderedDistinctTime = cmp.Or(c.OrderedDistinctTime, 30*time.Second)
 	c.OrderedSteadyRate = cmp.Or(c.OrderedSteadyRate, 1000)
 	c.OrderedSteadyAggregates = cmp.Or(c.OrderedSteadyAggregates, 1000)
 	if len(c.ScaleRelays) == 0 {
@@ -242,8 +241,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: Schema %q: must be 1 to 63 bytes", c.Schema)
 	case len(c.Exchange) > 255 || strings.HasPrefix(c.Exchange, "amq."):
 		return fmt.Errorf("bench: Exchange %q: must be at most 255 bytes and not start with %q", c.Exchange, "amq.")
-	case c.Executable == "":
-		return fmt.Errorf("bench: Executable: must name the outboxrelay binary")
+	case c.RelayBinary == "":
+		return fmt.Errorf("bench: RelayBinary: must name the outboxrelay binary")
+	case c.NaiveBinary == "":
+		return fmt.Errorf("bench: NaiveBinary: must name the outboxrelay-bench binary")
 	case c.DrainEvents < 1 || c.DrainEvents > maxEventNumber/4:
 		return fmt.Errorf("bench: DrainEvents %d: must be between 1 and %d", c.DrainEvents, maxEventNumber/4)
 	case c.PayloadBytes < 1:
@@ -318,8 +319,6 @@ func (c Config) validateOrdered() error {
 		}
 	}
 	switch {
-	case c.OrderedDistinctTime <= 0:
-		return fmt.Errorf("bench: OrderedDistinctTime %s: must be positive", c.OrderedDistinctTime)
 	case c.OrderedSteadyRate < 1:
 		return fmt.Errorf("bench: OrderedSteadyRate %d: must be at least 1", c.OrderedSteadyRate)
 	case float64(c.OrderedSteadyRate)*c.SteadyDuration.Seconds() > maxEventNumber/4:
@@ -352,7 +351,6 @@ func (c Config) Flags() []string {
 		"--producer-duration=" + c.ProducerDuration.String(),
 		"--producer-pairs=" + strconv.Itoa(c.ProducerPairs),
 		"--ordered-shapes=" + joinShapes(c.OrderedShapes),
-		"--ordered-distinct-time=" + c.OrderedDistinctTime.String(),
 		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),
 		"--ordered-steady-aggregates=" + strconv.Itoa(c.OrderedSteadyAggregates),
 		"--scale-relays=" + joinInts(c.ScaleRelays),

@@ -87,7 +87,7 @@ func (d *database) lockSchema(ctx context.Context) error {
 	}
 	if !ok {
 		conn.Close(context.WithoutCancel(ctx))
-		return fmt.Errorf("schema %s: another outboxrelay bench is running on it; wait for it or pass another --schema", d.schema)
+		return fmt.Errorf("schema %s: another outboxrelay-bench is running on it; wait for it or pass another --schema", d.schema)
 	}
 	d.lock = conn
 	return nil
@@ -95,7 +95,9 @@ func (d *database) lockSchema(ctx context.Context) error {
 
 // schemaMark is the comment of a schema the benchmark created. The
 // benchmark truncates the outbox and drops the schema at the end, so it
-// only ever works in a schema that carries this mark.
+// only ever works in a schema that carries this mark. It (and the lock
+// key of lockSchema) keeps the words of the days the benchmark was the
+// relay's "bench" subcommand, so that schemas kept then are still known.
 const schemaMark = "outboxrelay bench scratch schema: outboxrelay bench truncates and drops it"
 
 // prepareSchema creates the schema with its mark if it is missing, and
@@ -112,7 +114,7 @@ func (d *database) prepareSchema(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("inspect schema: %w", err)
 	case comment == nil || *comment != schemaMark:
-		return fmt.Errorf("schema %q exists and was not created by outboxrelay bench, which truncates and drops its schema: choose another --schema", d.schema)
+		return fmt.Errorf("schema %q exists and was not created by outboxrelay-bench, which truncates and drops its schema: choose another --schema", d.schema)
 	}
 	return nil
 }

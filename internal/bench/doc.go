@@ -18,11 +18,10 @@
 //     index it creates.
 //   - ordered: each of Config.OrderedShapes (aggregates × events, written
 //     interleaved by aggregate, each event's seq in its payload) drained by
-//     the relay and by the ordered relay with each claim design (keyscan,
-//     distinct; distinct within Config.OrderedDistinctTime), then a steady
+//     the relay and by the ordered relay, then a steady
 //     Config.OrderedSteadyRate spread over Config.OrderedSteadyAggregates
-//     on the same three. The consumer counts first arrivals out of order
-//     per aggregate on all of them.
+//     on both. The consumer counts first arrivals out of order per
+//     aggregate on both.
 //   - scale: the drain's backlog delivered by each of Config.ScaleRelays
 //     relays side by side on the one table, started together; their cost
 //     is summed.
@@ -47,10 +46,11 @@
 // before them), so their figures do not pay for it; ordered relays run
 // with the index they create as they migrate.
 //
-// The relay under test is the real one: the current binary re-executed as
-// "outboxrelay run", with its own application_name so that its PostgreSQL
-// backends can be found and their CPU time read from /proc. The naive
-// poller (RunNaive) runs the same way as "outboxrelay naive-relay". The
+// The relay under test is the real one: the outboxrelay binary
+// Config.RelayBinary names, run as "outboxrelay run", with its own
+// application_name so that its PostgreSQL backends can be found and their
+// CPU time read from /proc. The naive poller (RunNaive) runs the same way
+// as "outboxrelay-bench naive-relay" (Config.NaiveBinary). The
 // consumer lives in the benchmark process, on the same clock as the
 // producers: event n carries the event id
 // 00000000-0000-4000-8000-<n as 12 hex digits>, so a delivery is matched to

@@ -62,7 +62,8 @@ func TestPercentileIsNearestRank(t *testing.T) {
 
 func TestConfigValidateNamesTheField(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, Config{Executable: "/bin/true"}.Validate())
+	require.NoError(t, Config{RelayBinary: "/bin/true"}.Validate())
+	require.ErrorContains(t, Config{}.Validate(), "RelayBinary")
 	for _, tc := range []struct {
 		cfg  Config
 		want string
@@ -79,6 +80,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		{Config{HorizonBefore: -1}, "HorizonBefore"},
 		{Config{Only: []string{"horizon"}, HorizonAggregates: 12}, "HorizonAggregates 12"},
 	} {
+		tc.cfg.RelayBinary = "/bin/true"
 		err := tc.cfg.Validate()
 		require.ErrorContains(t, err, tc.want)
 		require.NotContains(t, err.Error(), "s3cret")

@@ -16,9 +16,9 @@ func TestShapeParsesAndPrints(t *testing.T) {
 	for _, bad := range []string{"", "1000", "x50", "1000x", "ax5", "1000×50"} {
 		require.Error(t, new(Shape).UnmarshalText([]byte(bad)), bad)
 	}
-	require.ErrorContains(t, Config{OrderedShapes: []Shape{{0, 5}}}.Validate(), "OrderedShapes 0x5")
-	require.ErrorContains(t, Config{Producers: 3, Only: []string{WorkloadOrdered}}.Validate(), "OrderedSteadyAggregates 1000")
-	require.NoError(t, Config{Producers: 3, Only: []string{WorkloadDrain}, Executable: "/bin/true"}.Validate())
+	require.ErrorContains(t, Config{OrderedShapes: []Shape{{0, 5}}, RelayBinary: "/bin/true"}.Validate(), "OrderedShapes 0x5")
+	require.ErrorContains(t, Config{Producers: 3, Only: []string{WorkloadOrdered}, RelayBinary: "/bin/true"}.Validate(), "OrderedSteadyAggregates 1000")
+	require.NoError(t, Config{Producers: 3, Only: []string{WorkloadDrain}, RelayBinary: "/bin/true"}.Validate())
 }
 
 func TestPlaceIsReadFromTheMessage(t *testing.T) {
@@ -60,7 +60,7 @@ func TestRecordCountsFirstArrivalsOutOfOrder(t *testing.T) {
 	require.Equal(t, ptr(int64(2)), rec.outOfOrder())
 }
 
-func TestOrderedRatiosCompareEachDesignWithTheRelay(t *testing.T) {
+func TestOrderedRatiosCompareTheOrderedRelayWithTheRelay(t *testing.T) {
 	t.Parallel()
 	yes, no := true, false
 	results := []Result{
@@ -69,15 +69,14 @@ func TestOrderedRatiosCompareEachDesignWithTheRelay(t *testing.T) {
 		{Workload: WorkloadProducer, System: SystemKeyscan, Concurrency: 8, Trigger: &yes, OrderingIndex: &yes, Rate: 900},
 		{Workload: WorkloadOrdered, System: SystemRelay, Aggregates: 10, PerAggregate: 5, Rate: 200},
 		{Workload: WorkloadOrdered, System: SystemKeyscan, Aggregates: 10, PerAggregate: 5, Rate: 180},
-		{Workload: WorkloadOrdered, System: SystemDistinct, Aggregates: 10, PerAggregate: 5, Rate: 50},
 		{Workload: WorkloadOrdered, System: SystemRelay, TargetRate: 1000, Aggregates: 10, Rate: 1000},
 	}
 	r := ComputeRatios(results)
 	require.Equal(t, []ProducerRatio{{Concurrency: 8, WithTrigger: 1000, WithoutTrigger: 1250, Pct: 80, PairPct: []float64{80},
 		WithIndex: ptr(900.0), IndexPct: ptr(90.0)}}, r.Producer)
-	require.Equal(t, []OrderedRatio{{Shape: "10x5", Unordered: 200, Keyscan: 180, Distinct: 50, KeyscanPct: ptr(90.0), DistinctPct: ptr(25.0)}}, r.Ordered)
+	require.Equal(t, []OrderedRatio{{Shape: "10x5", Unordered: 200, Keyscan: 180, KeyscanPct: ptr(90.0)}}, r.Ordered)
 	require.Equal(t, "ordered 10x5", label(results[3]))
-	require.Equal(t, "ordered 1000/s over 10", label(results[6]))
+	require.Equal(t, "ordered 1000/s over 10", label(results[5]))
 	require.Equal(t, "producer c=8 +trigger +index", label(results[2]))
 	require.Equal(t, "producer c=8 +trigger", label(results[0]))
 }

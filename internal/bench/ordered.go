@@ -2,25 +2,22 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 )
 
 // orderedSystems are the systems of the ordered workload, in the order it
-// runs them: the relay (unordered, the baseline), then the ordered relay
-// with each design.
-var orderedSystems = []string{SystemRelay, SystemKeyscan, SystemDistinct}
+// runs them: the relay (unordered, the baseline), then the ordered relay.
+var orderedSystems = []string{SystemRelay, SystemKeyscan}
 
 // ordered runs the ordered workload. For each of OrderedShapes, a backlog
 // written while nothing runs (interleaved by aggregate, see Shape) is
 // drained by each of orderedSystems, timed as the drain workload times the
-// relay; the distinct design gets at most OrderedDistinctTime. Then
-// Producers connections write OrderedSteadyRate events per second over
-// OrderedSteadyAggregates aggregates for SteadyDuration, on each system.
-// The consumer checks the order of first arrivals per aggregate on every
-// system. The relay runs without the ordering index, the ordered relay
-// with the one it creates; the index is dropped at the end.
+// relay. Then Producers connections write OrderedSteadyRate events per
+// second over OrderedSteadyAggregates aggregates for SteadyDuration, on
+// each system. The consumer checks the order of first arrivals per
+// aggregate on every system. The relay runs without the ordering index,
+// the ordered relay with the one it creates; the index is dropped at the
+// end.
 func (r *runner) ordered(ctx context.Context) error {
 	ps, err := r.db.connectProducers(ctx, 1, r.payloads)
 	if err != nil {
@@ -46,9 +43,7 @@ func (r *runner) ordered(ctx context.Context) error {
 }
 
 // orderedDrain delivers one shaped backlog with system name, from the
-// system's start to the last first arrival, or, for the distinct design,
-// until OrderedDistinctTime has passed: its rate is then what arrived, and
-// its backlog what was left.
+// system's start to the last first arrival.
 func (r *runner) orderedDrain(ctx context.Context, ps *producers, shape Shape, name string) (res Result, err error) {
 	if err := r.orderingIndexFor(ctx, ps, name); err != nil {
 		return Result{}, err
@@ -67,39 +62,15 @@ func (r *runner) orderedDrain(ctx context.Context, ps *producers, shape Shape, n
 		return Result{}, err
 	}
 	defer stopSystem(sys, &err)
-	waitCtx := ctx
-	if name == SystemDistinct {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeout(ctx, r.cfg.OrderedDistinctTime)
-		defer cancel()
-	}
-	_, err = r.await(waitCtx, rec, int64(rec.size()), r.cfg.DrainWait, true, sys)
-	cut := err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)
-	if err != nil && !cut {
+	if _, err := r.await(ctx, rec, int64(rec.size()), r.cfg.DrainWait, true, sys); err != nil {
 		return Result{}, err
 	}
 	res = r.drainResult(name, rec, start)
 	res.Workload, res.Aggregates, res.PerAggregate = WorkloadOrdered, shape.Aggregates, shape.Events
 	res.OutOfOrder = rec.outOfOrder()
-	if cut {
-		elapsed := time.Duration(r.clock.now() - start)
-		res.Seconds, res.Rate = elapsed.Seconds(), float64(res.Events)/elapsed.Seconds()
-		r.log.Info("ordered: time limit reached", "shape", shape.String(), "system", name, "limit", r.cfg.OrderedDistinctTime)
-	} else {
-		res.Lost = ptr(rec.lost())
-	}
+	res.Lost = ptr(rec.lost())
 	if res.Cost, err = meter.finish(ctx, rec.count()); err != nil {
 		return Result{}, err
-	}
-	if cut {
-		if err := sys.proc.stop(); err != nil {
-			return Result{}, err
-		}
-		backlog, err := r.db.pending(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		res.Backlog = &backlog
 	}
 	if _, err := r.checkOrderingIndex(ctx, name); err != nil {
 		return Result{}, err

@@ -91,7 +91,6 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	}
 	for _, o := range r.Ordered {
 		fmt.Fprintf(tw, "  ordered %s keyscan/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.KeyscanPct, "%"), num(o.Keyscan), num(o.Unordered))
-		fmt.Fprintf(tw, "  ordered %s distinct/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.DistinctPct, "%"), num(o.Distinct), num(o.Unordered))
 	}
 	if h := r.Horizon; h != nil {
 		versus := func(what string, c *Comparison, unit, asked string) {

@@ -7,8 +7,7 @@ type Result struct {
 	// Workload is drain, steady, idle, producer, ordered, scale or
 	// horizon.
 	Workload string `json:"workload"`
-	// System is relay, naive, ceiling, keyscan or distinct (the last two
-	// are the ordered relay with that design).
+	// System is relay, naive, ceiling or keyscan (the ordered relay).
 	System string `json:"system"`
 	// TargetRate is the steady workload's target, events per second (the
 	// ordered steady run's, the horizon workload's).
@@ -60,7 +59,7 @@ type Result struct {
 	// OutOfOrder is how many first arrivals came before the first arrival
 	// of an earlier event of their aggregate, or said another aggregate or
 	// seq than was written (ordered workload, every system; must be 0 for
-	// keyscan and distinct); nil where order is not checked.
+	// keyscan); nil where order is not checked.
 	OutOfOrder *int64 `json:"out_of_order"`
 	// Backlog is how many rows were pending when the producers stopped
 	// (steady, idle) or when the naive drain ended.
@@ -228,11 +227,8 @@ type OrderedRatio struct {
 	Shape     string  `json:"shape"`
 	Unordered float64 `json:"unordered"`
 	Keyscan   float64 `json:"keyscan"`
-	Distinct  float64 `json:"distinct"`
-	// KeyscanPct and DistinctPct are those rates as percentages of
-	// Unordered.
-	KeyscanPct  *float64 `json:"keyscan_pct"`
-	DistinctPct *float64 `json:"distinct_pct"`
+	// KeyscanPct is Keyscan as a percentage of Unordered.
+	KeyscanPct *float64 `json:"keyscan_pct"`
 }
 
 // ComputeRatios derives the ratios from results; a ratio whose rows are
@@ -394,20 +390,12 @@ func orderedRatios(results []Result) []OrderedRatio {
 			if other.Workload != WorkloadOrdered || other.Aggregates != res.Aggregates || other.PerAggregate != res.PerAggregate {
 				continue
 			}
-			switch other.System {
-			case SystemKeyscan:
+			if other.System == SystemKeyscan {
 				o.Keyscan = other.Rate
-			case SystemDistinct:
-				o.Distinct = other.Rate
 			}
 		}
-		if o.Unordered > 0 {
-			if o.Keyscan > 0 {
-				o.KeyscanPct = ptr(100 * o.Keyscan / o.Unordered)
-			}
-			if o.Distinct > 0 {
-				o.DistinctPct = ptr(100 * o.Distinct / o.Unordered)
-			}
+		if o.Unordered > 0 && o.Keyscan > 0 {
+			o.KeyscanPct = ptr(100 * o.Keyscan / o.Unordered)
 		}
 		out = append(out, o)
 	}

@@ -87,9 +87,9 @@ func (r *runner) open(ctx context.Context) error {
 	return nil
 }
 
-// migrate runs the binary's own migrations into the schema.
+// migrate runs the relay binary's own migrations into the schema.
 func (r *runner) migrate(ctx context.Context) error {
-	p, err := startProcess("outboxrelay migrate", r.cfg.Executable, []string{"migrate"}, r.env("outboxrelay-bench-migrate"))
+	p, err := startProcess("outboxrelay migrate", r.cfg.RelayBinary, []string{"migrate"}, r.env("outboxrelay-bench-migrate"))
 	if err != nil {
 		return err
 	}
@@ -172,21 +172,19 @@ type system struct {
 }
 
 // start starts a system under a unique application_name: the relay
-// ("outboxrelay run" plus RelayArgs), the ordered relay with one of its
-// designs ("outboxrelay run --ordering=aggregate --ordered-design=…" plus
-// RelayArgs; it creates the ordering index as it migrates) or the naive
-// poller ("outboxrelay naive-relay").
+// ("outboxrelay run" plus RelayArgs), the ordered relay ("outboxrelay run
+// --ordering=aggregate" plus RelayArgs; it creates the ordering index as
+// it migrates), both from RelayBinary, or the naive poller
+// ("outboxrelay-bench naive-relay", from NaiveBinary).
 func (r *runner) start(name string) (*system, error) {
-	var args []string
+	binary, command, args := r.cfg.RelayBinary, "outboxrelay", []string{"run"}
 	switch name {
 	case SystemNaive:
-		args = []string{"naive-relay"}
-	case SystemKeyscan, SystemDistinct:
-		args = []string{"run", "--ordering=aggregate", "--ordered-design=" + name}
-	default:
-		args = []string{"run"}
+		binary, command, args = r.cfg.NaiveBinary, "outboxrelay-bench", []string{"naive-relay"}
+	case SystemKeyscan:
+		args = append(args, "--ordering=aggregate")
 	}
-	what := "outboxrelay " + strings.Join(args, " ")
+	what := command + " " + strings.Join(args, " ")
 	if name != SystemNaive {
 		args = append(args, r.cfg.RelayArgs...)
 	}
@@ -206,7 +204,7 @@ func (r *runner) start(name string) (*system, error) {
 		}
 		metrics = addr
 	}
-	p, err := startProcess(what, r.cfg.Executable, args, env)
+	p, err := startProcess(what, binary, args, env)
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func TestIdleRelayKeepsOneShortTimerUntilAClaim(t *testing.T) {
 	d.start(t)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) }) // before the relay's own cleanup
-	go func() { // the fakes' call records are not what this test reads
+	go func() {                       // the fakes' call records are not what this test reads
 		for {
 			select {
 			case <-d.store.calls:

@@ -1,4 +1,4 @@
-package main
+package cli_test
 
 import (
 	"bytes"
@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // TestJSONLogsWriteDurationsAsText: a JSON log line carries a duration as
 // "5s", also inside a group, not as 5000000000.
 func TestJSONLogsWriteDurationsAsText(t *testing.T) {
 	var buf bytes.Buffer
-	LogFlags{LogFormat: "json", LogLevel: "info"}.logger(&buf).
+	cli.LogFlags{LogFormat: "json", LogLevel: "info"}.Logger(&buf).
 		WithGroup("config").Info("start", "poll_interval", 5*time.Second, "lease", 1500*time.Millisecond, "workers", 4)
 	var line struct {
 		Config map[string]any `json:"config"`

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/outboxrelay/outboxrelay/internal/bench"
+	"github.com/outboxrelay/outboxrelay/internal/cli"
 )
 
 // BenchCmd benchmarks the relay against a naive poller and the broker's
-// ceiling, and the ordered relay's designs against the relay; see package
-// bench.
+// ceiling, and the ordered relay against the relay; see package bench.
 type BenchCmd struct {
 	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL database to benchmark in."`
 	AMQPURL     string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL (no credentials means guest/guest)."`
-	LogFlags
+	cli.LogFlags
+	RelayBinary string `name:"relay-binary" placeholder:"PATH" help:"The outboxrelay binary to measure. Default: the outboxrelay next to this executable, else the one in PATH."`
 
 	Schema   string   `name:"schema" default:"outboxrelay_bench" help:"Schema the outbox is created in; dropped at the end unless --keep. An existing schema the benchmark did not create is refused."`
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
@@ -39,10 +43,9 @@ type BenchCmd struct {
 	ScaleRelays    []int         `name:"scale-relays" default:"1,2,3" group:"Workloads" help:"Relay counts the scale workload drains --drain-events with, side by side."`
 	DrainWait      time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
-	OrderedShapes       []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
-	OrderedDistinctTime time.Duration `name:"ordered-distinct-time" default:"30s" group:"Ordered workload" help:"Most time an ordered drain with the distinct design gets; its rate is then what arrived."`
-	OrderedSteadyRate   int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
-	OrderedSteadyAggs   int           `name:"ordered-steady-aggregates" default:"1000" group:"Ordered workload" help:"Aggregates the ordered steady events are spread over (a multiple of --producers)."`
+	OrderedShapes     []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
+	OrderedSteadyRate int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
+	OrderedSteadyAggs int           `name:"ordered-steady-aggregates" default:"1000" group:"Ordered workload" help:"Aggregates the ordered steady events are spread over (a multiple of --producers)."`
 
 	HorizonRate   int           `name:"horizon-rate" default:"1000" group:"Horizon workload" help:"Events/s the horizon workload's --producers connections write throughout."`
 	HorizonPinned time.Duration `name:"horizon-pinned" default:"10m" group:"Horizon workload" help:"How long a REPEATABLE READ transaction pins the horizon, rounded up to whole windows."`
@@ -52,8 +55,9 @@ type BenchCmd struct {
 	HorizonAggs   int           `name:"horizon-aggregates" default:"1000" group:"Horizon workload" help:"Aggregates the horizon events are spread over (a multiple of --producers); --relay-arg=--ordering=aggregate measures ordered mode."`
 }
 
-func (c *BenchCmd) config(stderr io.Writer) bench.Config {
+func (c *BenchCmd) config(relay string, stderr io.Writer) bench.Config {
 	return bench.Config{
+		RelayBinary:         relay,
 		DatabaseURL:         c.DatabaseURL,
 		AMQPURL:             c.AMQPURL,
 		Schema:              c.Schema,
@@ -74,10 +78,9 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 		ProducerDuration:    c.ProducerDur,
 		ProducerPairs:       c.ProducerPairs,
 		DrainWait:           c.DrainWait,
-		Logger:              c.logger(stderr),
+		Logger:              c.Logger(stderr),
 
 		OrderedShapes:           c.OrderedShapes,
-		OrderedDistinctTime:     c.OrderedDistinctTime,
 		OrderedSteadyRate:       c.OrderedSteadyRate,
 		OrderedSteadyAggregates: c.OrderedSteadyAggs,
 
@@ -90,17 +93,21 @@ func (c *BenchCmd) config(stderr io.Writer) bench.Config {
 	}
 }
 
-// Run prints the machine, runs the benchmark, and prints and appends
-// whatever results it got, even when a workload failed.
+// Run finds the relay, prints the machine, runs the benchmark, and prints
+// and appends whatever results it got, even when a workload failed.
 func (c *BenchCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
-	cfg := c.config(stderr)
+	relay, err := findRelay(c.RelayBinary)
+	if err != nil {
+		return err
+	}
+	cfg := c.config(relay, stderr)
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	started := time.Now()
 	machine, err := bench.Probe(ctx, cfg)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	if err := bench.WriteMachine(stdout, machine, cfg); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -117,13 +124,41 @@ func (c *BenchCmd) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	return errors.Join(errs...)
 }
 
+// findRelay is the outboxrelay binary to measure: flag if given (a path,
+// or a name looked up in PATH), else the outboxrelay next to this
+// executable, else the one in PATH.
+func findRelay(flag string) (string, error) {
+	if flag != "" {
+		path, err := exec.LookPath(flag)
+		if err != nil {
+			return "", cli.Usagef("--relay-binary %s: %v", flag, err)
+		}
+		return filepath.Abs(path)
+	}
+	var beside string
+	if exe, err := os.Executable(); err == nil {
+		beside = filepath.Join(filepath.Dir(exe), "outboxrelay")
+		if path, err := exec.LookPath(beside); err == nil {
+			return path, nil
+		}
+	}
+	if path, err := exec.LookPath("outboxrelay"); err == nil {
+		return filepath.Abs(path)
+	}
+	where := "in PATH"
+	if beside != "" {
+		where = "at " + beside + " or in PATH"
+	}
+	return "", cli.Usagef("no outboxrelay binary %s: give the relay to measure with --relay-binary", where)
+}
+
 // NaiveRelayCmd runs the naive poller the benchmark compares the relay
 // with (hidden: it is not for production).
 type NaiveRelayCmd struct {
-	DatabaseFlags
-	AMQPURL  string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL."`
-	Exchange string `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange every event is published to."`
-	LogFlags
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" default:"postgres://postgres@localhost:5432/postgres" help:"PostgreSQL database whose search_path holds the outbox table."`
+	AMQPURL     string `name:"amqp-url" env:"AMQP_URL" default:"amqp://localhost:5672/" help:"RabbitMQ URL."`
+	Exchange    string `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange every event is published to."`
+	cli.LogFlags
 	Interval time.Duration `name:"interval" default:"1s" help:"Time between polls."`
 	Limit    int           `name:"limit" default:"50" help:"Most rows one poll takes."`
 }
@@ -136,10 +171,10 @@ func (c *NaiveRelayCmd) Run(ctx context.Context, stderr io.Writer) error {
 		Exchange:    c.Exchange,
 		Interval:    c.Interval,
 		Limit:       c.Limit,
-		Logger:      c.logger(stderr),
+		Logger:      c.Logger(stderr),
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	return bench.RunNaive(ctx, cfg)
 }
