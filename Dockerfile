@@ -2,6 +2,9 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The producer library is a module of its own that go.mod replaces with
+# ./outbox: its go.mod is part of the module graph.
+COPY outbox/go.mod outbox/go.sum ./outbox/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /outboxrelay ./cmd/outboxrelay

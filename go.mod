@@ -13,6 +13,7 @@ require (
 	github.com/jackc/tern/v2 v2.3.4
 	github.com/lmittmann/tint v1.2.1
 	github.com/mattn/go-isatty v0.0.24
+	github.com/outboxrelay/outboxrelay/outbox v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -88,3 +89,5 @@ require (
 )
 
 tool honnef.co/go/tools/cmd/staticcheck
+
+replace github.com/outboxrelay/outboxrelay/outbox => ./outbox

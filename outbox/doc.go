@@ -51,4 +51,21 @@
 // the box; set one with otel.SetTextMapPropagator to choose otherwise. An
 // event whose Headers already hold a traceparent keeps its own. The caller's
 // Headers map is never modified.
+//
+// # Compatibility
+//
+// The package is a Go module of its own, github.com/outboxrelay/outboxrelay/outbox,
+// apart from the relay's: an application that writes events depends on pgx,
+// database/sql and the OpenTelemetry API (not its SDK) and on nothing of the
+// relay. Its exported API is a compatibility promise. Releases are tagged
+// outbox/vX.Y.Z in the relay's repository (the Go convention for a module in
+// a subdirectory), versioned apart from the relay with semantic versions: a
+// change that would break code written against an earlier release comes only
+// with a new major version.
+//
+// It needs Go 1.23 or later (the go line of its go.mod, which pgx v5.7.6
+// requires; its own code needs 1.22), github.com/jackc/pgx/v5 v5.7.6 and
+// go.opentelemetry.io/otel v1.31.0 (with otel/trace). These are minimums:
+// an application that requires newer versions gets them, and should where its
+// Go allows (pgx v5.9.2 and later carry security fixes and need Go 1.25).
 package outbox

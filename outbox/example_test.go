@@ -4,15 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
-	"github.com/outboxrelay/outboxrelay/internal/testkit"
-	"github.com/outboxrelay/outboxrelay/migrations"
 	"github.com/outboxrelay/outboxrelay/outbox"
 )
 
@@ -203,47 +200,33 @@ func printOutbox(ctx context.Context, pool *pgxpool.Pool) {
 
 // exampleDatabase creates a database of the example's own, with the relay's
 // migrations (the outbox table) and an orders table, and returns its URL and
-// a function dropping it. Examples have no *testing.T, so this is
-// testkit.NewOutbox by hand.
+// a function dropping it. Examples have no *testing.T, so this is newOutbox
+// (database_test.go) by hand.
 func exampleDatabase() (string, func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := testkit.UniqueName("outbox_example")
-	admin, err := pgx.Connect(ctx, testkit.PostgresURL())
+	databaseURL, drop, err := createDatabase(ctx)
 	if err != nil {
 		panic(err)
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		panic(err)
-	}
-	drop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin, err := pgx.Connect(ctx, testkit.PostgresURL())
-		if err != nil {
-			panic(err)
-		}
-		defer admin.Close(ctx)
-		if _, err := admin.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+	mustDrop := func() {
+		if err := drop(); err != nil {
 			panic(err)
 		}
 	}
-	u, err := url.Parse(testkit.PostgresURL())
-	if err != nil {
+	if err := migrate(ctx, databaseURL); err != nil {
+		mustDrop()
 		panic(err)
 	}
-	u.Path = "/" + name
-	conn, err := pgx.Connect(ctx, u.String())
+	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
+		mustDrop()
 		panic(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := migrations.Migrate(ctx, conn, nil); err != nil {
-		panic(err)
-	}
 	if _, err := conn.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric NOT NULL)`); err != nil {
+		mustDrop()
 		panic(err)
 	}
-	return u.String(), drop
+	return databaseURL, mustDrop
 }

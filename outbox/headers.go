@@ -41,9 +41,10 @@ func encodeHeaders(h map[string]any, trace map[string]string) ([]byte, error) {
 }
 
 // checkHeaders applies the relay's rules for a headers column (those of
-// publish.HeadersFromJSON, which this package does not import; a test feeds
-// both the same cases): keys of at most 255 bytes at any depth, and numbers
-// a float64 can hold. Anything else JSON can say, AMQP can carry.
+// publish.HeadersFromJSON, which this package does not import; the relay's
+// publish/outbox_headers_test.go feeds both the same cases): keys of at most
+// 255 bytes at any depth, and numbers a float64 can hold. Anything else JSON
+// can say, AMQP can carry.
 func checkHeaders(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

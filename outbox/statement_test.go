@@ -1,9 +1,8 @@
 package outbox
 
 import (
+	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 // The named constant is what the builder makes of the relay's own table, so
@@ -11,26 +10,43 @@ import (
 func TestDefaultStatementIsTheBuiltOne(t *testing.T) {
 	t.Parallel()
 	built, err := Writer{Table: "outbox", Columns: Columns{Payload: "payload"}}.buildStatement()
-	require.NoError(t, err)
-	require.Equal(t, defaultStatement, built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built != defaultStatement {
+		t.Fatalf("built:\n%s\nwant defaultStatement:\n%s", built, defaultStatement)
+	}
 }
 
 func TestStatementQuotesIdentifiers(t *testing.T) {
 	t.Parallel()
 	s, err := Writer{Table: `my "app".events`, Columns: Columns{AggregateType: `entity"; DROP TABLE x; --`}}.statement()
-	require.NoError(t, err)
-	require.Contains(t, s, `INSERT INTO "my ""app"""."events" ("entity""; DROP TABLE x; --", "aggregate_id", "event_type", "payload", "headers", "exchange", "routing_key")`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `INSERT INTO "my ""app"""."events" ("entity""; DROP TABLE x; --", "aggregate_id", "event_type", "payload", "headers", "exchange", "routing_key")`
+	if !strings.Contains(s, want) {
+		t.Fatalf("statement:\n%s\nwant it to contain:\n%s", s, want)
+	}
 	again, err := Writer{Table: `my "app".events`, Columns: Columns{AggregateType: `entity"; DROP TABLE x; --`}}.statement()
-	require.NoError(t, err)
-	require.Equal(t, s, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != s {
+		t.Fatalf("the same Writer again:\n%s\nthe first time:\n%s", again, s)
+	}
 }
 
 func TestArrayLiteral(t *testing.T) {
 	t.Parallel()
 	var a arrayBuilder
-	require.Equal(t, "{}", a.String())
+	if got := a.String(); got != "{}" {
+		t.Fatalf("empty: %s, want {}", got)
+	}
 	a.add(`a"b\c`, true)
 	a.add("", false)
 	a.add("NULL", true)
-	require.Equal(t, `{"a\"b\\c",NULL,"NULL"}`, a.String())
+	if got, want := a.String(), `{"a\"b\\c",NULL,"NULL"}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
 }

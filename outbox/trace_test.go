@@ -6,20 +6,27 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/outbox"
 )
+
+// The tests need a span context in ctx, not a tracer: an application's
+// tracer (the OpenTelemetry SDK's or another) puts its span's context there,
+// and the library reads nothing else. So they make one with the API alone,
+// as an SDK would, and keep the SDK out of the library's module.
+
+// spanContext is a valid, sampled span context of the given trace and span.
+func spanContext(traceID trace.TraceID, spanID trace.SpanID) trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled})
+}
 
 func traceparentOf(sc trace.SpanContext) string {
 	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
@@ -29,12 +36,12 @@ func traceparentOf(sc trace.SpanContext) string {
 // stored headers of each, decoded (nil for NULL).
 func writeAndReadHeaders(t *testing.T, ctx context.Context, events ...outbox.Event) []map[string]any {
 	t.Helper()
-	_, pool := testkit.NewOutbox(t)
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Writer{}.Write(ctx, tx, events...) }))
+	_, pool := newOutbox(t)
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Writer{}.Write(ctx, tx, events...) }), "Write")
 	rows, err := pool.Query(ctx, "SELECT headers FROM outbox ORDER BY id")
-	require.NoError(t, err)
+	must(t, err, "select the headers")
 	headers, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
-	require.NoError(t, err)
+	must(t, err, "read the headers")
 	return headers
 }
 
@@ -44,12 +51,14 @@ func writeAndReadHeaders(t *testing.T, ctx context.Context, events ...outbox.Eve
 // keeps it.
 func TestWriteAddsTraceContextOfTheSpan(t *testing.T) {
 	t.Parallel()
-	require.Empty(t, otel.GetTextMapPropagator().Fields(), "otel's default: no propagator set")
-	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
-	defer provider.Shutdown(context.Background())
-	ctx, span := provider.Tracer("test").Start(testContext(t), "place order")
-	defer span.End()
-	want := traceparentOf(span.SpanContext())
+	if fields := otel.GetTextMapPropagator().Fields(); len(fields) != 0 {
+		t.Fatalf("a global propagator is set (fields %q); the test wants otel's default, none", fields)
+	}
+	sc := spanContext(trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7})
+	ctx := trace.ContextWithSpanContext(testContext(t), sc)
+	want := traceparentOf(sc)
+	equal(t, "traceparent", want, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 
 	own := map[string]any{"tenant": "acme"}
 	headers := writeAndReadHeaders(t, ctx,
@@ -58,12 +67,12 @@ func TestWriteAddsTraceContextOfTheSpan(t *testing.T) {
 		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "shipped", Payload: 3,
 			Headers: map[string]any{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
 	)
-	require.Equal(t, []map[string]any{
+	equal(t, "headers", headers, []map[string]any{
 		{"traceparent": want},
 		{"traceparent": want, "tenant": "acme"},
 		{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
-	}, headers)
-	require.Equal(t, map[string]any{"tenant": "acme"}, own, "the caller's map is unchanged")
+	})
+	equal(t, "the caller's map, unchanged", own, map[string]any{"tenant": "acme"})
 }
 
 // Without a span, or with an invalid span context, nothing is added: events
@@ -72,33 +81,33 @@ func TestWriteWithoutSpanAddsNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	noop := trace.ContextWithSpanContext(ctx, trace.SpanContext{})
-	_, pool := testkit.NewOutbox(t)
+	_, pool := newOutbox(t)
 	for _, c := range []context.Context{ctx, noop} {
-		require.NoError(t, pgx.BeginFunc(c, pool, func(tx pgx.Tx) error {
+		must(t, pgx.BeginFunc(c, pool, func(tx pgx.Tx) error {
 			return outbox.Writer{}.Write(c, tx,
 				outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1},
 				outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: 1, Headers: map[string]any{"a": "b"}})
-		}))
+		}), "Write")
 	}
-	require.Equal(t, int64(2), testkit.QueryInt(t, pool, "SELECT count(*) FROM outbox WHERE headers IS NULL"))
-	require.Equal(t, int64(2), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE headers = '{"a": "b"}'`))
+	equal(t, "events without headers", queryInt(t, pool, "SELECT count(*) FROM outbox WHERE headers IS NULL"), 2)
+	equal(t, "events with only their own headers", queryInt(t, pool, `SELECT count(*) FROM outbox WHERE headers = '{"a": "b"}'`), 2)
 }
 
 // A remote span context with a trace state gives tracestate too.
 func TestWriteAddsTraceState(t *testing.T) {
 	t.Parallel()
 	state, err := trace.ParseTraceState("vendor=abc,other=1")
-	require.NoError(t, err)
+	must(t, err, "parse the trace state")
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
 		TraceState: state, Remote: true,
 	})
 	ctx := trace.ContextWithRemoteSpanContext(testContext(t), sc)
 	headers := writeAndReadHeaders(t, ctx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1})
-	require.Equal(t, []map[string]any{{
+	equal(t, "headers", headers, []map[string]any{{
 		"traceparent": "00-01020300000000000000000000000000-0405060000000000-01",
 		"tracestate":  "vendor=abc,other=1",
-	}}, headers)
+	}})
 }
 
 // The global propagator is used once set: here a composite that also
@@ -111,21 +120,21 @@ func TestWriteUsesTheGlobalPropagator(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestWriteUsesTheGlobalPropagator$", "-test.count=1", "-test.v")
 		cmd.Env = append(os.Environ(), "OUTBOX_TEST_GLOBAL_PROPAGATOR=1")
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		require.Contains(t, string(out), "--- PASS: TestWriteUsesTheGlobalPropagator")
+		must(t, err, "the test in a process of its own:\n"+string(out))
+		if !strings.Contains(string(out), "--- PASS: TestWriteUsesTheGlobalPropagator") {
+			t.Fatalf("the test did not run in its own process:\n%s", out)
+		}
 		return
 	}
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
 	member, err := baggage.NewMember("tenant", "acme")
-	require.NoError(t, err)
+	must(t, err, "baggage member")
 	bag, err := baggage.New(member)
-	require.NoError(t, err)
-	provider := sdktrace.NewTracerProvider()
-	defer provider.Shutdown(context.Background())
-	ctx, span := provider.Tracer("test").Start(baggage.ContextWithBaggage(testContext(t), bag), "op")
-	defer span.End()
+	must(t, err, "baggage")
+	sc := spanContext(trace.TraceID{0xa1, 0xb2, 0xc3}, trace.SpanID{0xd4, 0xe5})
+	ctx := trace.ContextWithSpanContext(baggage.ContextWithBaggage(testContext(t), bag), sc)
 
 	headers := writeAndReadHeaders(t, ctx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: json.RawMessage(`{}`)})
-	require.Equal(t, []map[string]any{{"traceparent": traceparentOf(span.SpanContext()), "baggage": "tenant=acme"}}, headers)
+	equal(t, "headers", headers, []map[string]any{{"traceparent": traceparentOf(sc), "baggage": "tenant=acme"}})
 }

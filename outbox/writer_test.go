@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -14,9 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	"github.com/stretchr/testify/require"
 
-	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/outbox"
 )
 
@@ -51,14 +50,14 @@ type storedRow struct {
 func readRows(t *testing.T, pool *pgxpool.Pool, table, cols string) []storedRow {
 	t.Helper()
 	rows, err := pool.Query(testContext(t), "SELECT "+cols+" FROM "+table+" ORDER BY 1")
-	require.NoError(t, err)
+	must(t, err, "select the rows")
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedRow, error) {
 		var s storedRow
 		var id int64
 		err := r.Scan(&id, &s.AggregateType, &s.AggregateID, &s.EventType, &s.Payload, &s.Headers, &s.Exchange, &s.RoutingKey)
 		return s, err
 	})
-	require.NoError(t, err)
+	must(t, err, "read the rows")
 	return out
 }
 
@@ -71,13 +70,13 @@ func ptr(s string) *string { return &s }
 func TestWriteIsOneStatement(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url, pool := testkit.NewOutbox(t)
+	url, pool := newOutbox(t)
 	config, err := pgx.ParseConfig(url)
-	require.NoError(t, err)
+	must(t, err, "parse the URL")
 	counter := &queryCounter{}
 	config.Tracer = counter
 	conn, err := pgx.ConnectConfig(ctx, config)
-	require.NoError(t, err)
+	must(t, err, "connect")
 	defer conn.Close(ctx)
 
 	events := make([]outbox.Event, 1000)
@@ -86,21 +85,20 @@ func TestWriteIsOneStatement(t *testing.T) {
 			Payload: map[string]int{"n": i}}
 	}
 	tx, err := conn.Begin(ctx)
-	require.NoError(t, err)
+	must(t, err, "begin")
 	before := counter.n.Load()
-	require.NoError(t, outbox.Writer{}.Write(ctx, tx, events...))
-	require.Equal(t, int64(1), counter.n.Load()-before, "statements sent by Write")
-	require.True(t, strings.HasPrefix(counter.sql.Load().(string), `INSERT INTO "outbox"`), counter.sql.Load())
-	require.NoError(t, tx.Commit(ctx))
+	must(t, outbox.Writer{}.Write(ctx, tx, events...), "Write")
+	equal(t, "statements sent by Write", counter.n.Load()-before, 1)
+	if stmt := counter.sql.Load().(string); !strings.HasPrefix(stmt, `INSERT INTO "outbox"`) {
+		t.Fatalf("Write sent %q, want an INSERT INTO \"outbox\"", stmt)
+	}
+	must(t, tx.Commit(ctx), "commit")
 
 	rows := readRows(t, pool, "outbox", outboxCols)
-	require.Len(t, rows, 1000)
+	equal(t, "rows", len(rows), 1000)
 	for i, r := range rows {
-		require.Equal(t, fmt.Sprintf(`{"n": %d}`, i), r.Payload, "row %d", i)
-		require.Equal(t, fmt.Sprint(i%7), r.AggregateID)
-		require.Nil(t, r.Headers)
-		require.Nil(t, r.Exchange)
-		require.Nil(t, r.RoutingKey)
+		equal(t, fmt.Sprintf("row %d", i), r, storedRow{AggregateType: "order", AggregateID: fmt.Sprint(i % 7),
+			EventType: "created", Payload: fmt.Sprintf(`{"n": %d}`, i)})
 	}
 }
 
@@ -109,7 +107,7 @@ func TestWriteIsOneStatement(t *testing.T) {
 func TestWriteAndWriteSQLStoreEveryField(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url, pool := testkit.NewOutbox(t)
+	url, pool := newOutbox(t)
 	odd := `a "quoted", {braced} \back\slashed NULL ünïcode`
 	events := []outbox.Event{
 		{AggregateType: "order", AggregateID: odd, EventType: "created", Payload: map[string]string{"s": odd}},
@@ -119,19 +117,19 @@ func TestWriteAndWriteSQLStoreEveryField(t *testing.T) {
 		{AggregateType: "NULL", AggregateID: "3", EventType: "x", Payload: []byte(` "just a string" `)},
 	}
 
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		return outbox.Writer{}.Write(ctx, tx, events...)
-	}))
+	}), "Write")
 	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
+	must(t, err, "open database/sql")
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, outbox.Writer{}.WriteSQL(ctx, tx, events...))
-	require.NoError(t, tx.Commit())
+	must(t, err, "begin")
+	must(t, outbox.Writer{}.WriteSQL(ctx, tx, events...), "WriteSQL")
+	must(t, tx.Commit(), "commit")
 
 	rows := readRows(t, pool, "outbox", outboxCols)
-	require.Len(t, rows, 6)
+	equal(t, "rows", len(rows), 6)
 	want := []storedRow{
 		{AggregateType: "order", AggregateID: odd, EventType: "created", Payload: `{"s": "a \"quoted\", {braced} \\back\\slashed NULL ünïcode"}`},
 		{AggregateType: "order", AggregateID: "2", EventType: "paid", Payload: `[1, 2.5, null]`,
@@ -139,27 +137,27 @@ func TestWriteAndWriteSQLStoreEveryField(t *testing.T) {
 			Exchange: ptr("billing"), RoutingKey: ptr("billing.paid")},
 		{AggregateType: "NULL", AggregateID: "3", EventType: "x", Payload: `"just a string"`},
 	}
-	require.Equal(t, want, rows[:3], "through pgx")
-	require.Equal(t, want, rows[3:], "through database/sql")
+	equal(t, "through pgx", rows[:3], want)
+	equal(t, "through database/sql", rows[3:], want)
 }
 
 func TestRolledBackWriteLeavesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	_, pool := testkit.NewOutbox(t)
+	_, pool := newOutbox(t)
 	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	require.NoError(t, outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1}))
-	require.NoError(t, tx.Rollback(ctx))
-	require.Zero(t, testkit.QueryInt(t, pool, "SELECT count(*) FROM outbox"))
+	must(t, err, "begin")
+	must(t, outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1}), "Write")
+	must(t, tx.Rollback(ctx), "roll back")
+	equal(t, "events", queryInt(t, pool, "SELECT count(*) FROM outbox"), 0)
 }
 
 func TestWriteNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	_, pool := testkit.NewOutbox(t)
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Writer{}.Write(ctx, tx) }))
-	require.Zero(t, testkit.QueryInt(t, pool, "SELECT count(*) FROM outbox"))
+	_, pool := newOutbox(t)
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Writer{}.Write(ctx, tx) }), "Write")
+	equal(t, "events", queryInt(t, pool, "SELECT count(*) FROM outbox"), 0)
 }
 
 // A bad event refuses the whole call before anything is sent, names the
@@ -167,9 +165,9 @@ func TestWriteNothing(t *testing.T) {
 func TestWriteRefusesInvalidEvents(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	url, pool := testkit.NewOutbox(t)
+	url, pool := newOutbox(t)
 	db, err := sql.Open("pgx", url)
-	require.NoError(t, err)
+	must(t, err, "open database/sql")
 	defer db.Close()
 	good := outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: map[string]int{"id": 1}}
 	long := strings.Repeat("k", 256)
@@ -201,40 +199,42 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bad := good
 			tc.modify(&bad)
-			require.ErrorIs(t, bad.Validate(), outbox.ErrInvalidEvent)
+			refused(t, "Validate", bad.Validate(), outbox.ErrInvalidEvent, tc.want)
 
 			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
+			must(t, err, "begin")
 			defer tx.Rollback(ctx)
 			err = outbox.Writer{}.Write(ctx, tx, good, good, bad, good)
-			require.ErrorIs(t, err, outbox.ErrInvalidEvent)
-			require.ErrorContains(t, err, "outbox: invalid event: event 2: "+tc.want)
+			refused(t, "Write", err, outbox.ErrInvalidEvent, "outbox: invalid event: event 2: "+tc.want)
 			var one int
-			require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) + 1 FROM outbox").Scan(&one), "the transaction is still usable")
-			require.Equal(t, 1, one, "nothing was written")
+			must(t, tx.QueryRow(ctx, "SELECT count(*) + 1 FROM outbox").Scan(&one), "the transaction is still usable")
+			equal(t, "nothing was written: count + 1", one, 1)
 
 			sqlTx, err := db.BeginTx(ctx, nil)
-			require.NoError(t, err)
+			must(t, err, "begin database/sql")
 			defer sqlTx.Rollback()
 			err = outbox.Writer{}.WriteSQL(ctx, sqlTx, bad)
-			require.ErrorIs(t, err, outbox.ErrInvalidEvent)
-			require.ErrorContains(t, err, "event 0: "+tc.want)
+			refused(t, "WriteSQL", err, outbox.ErrInvalidEvent, "event 0: "+tc.want)
 		})
 	}
-	require.NoError(t, good.Validate())
-	require.Zero(t, testkit.QueryInt(t, pool, "SELECT count(*) FROM outbox"))
+	must(t, good.Validate(), "Validate of the good event")
+	equal(t, "events", queryInt(t, pool, "SELECT count(*) FROM outbox"), 0)
 }
 
 func TestWriterRefusesBadTableNames(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	_, pool := testkit.NewOutbox(t)
+	_, pool := newOutbox(t)
 	for _, table := range []string{"a.b.c", ".outbox", "public.", "bad\x00name"} {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			return outbox.Writer{Table: table}.Write(ctx, tx, outbox.Event{AggregateType: "a", AggregateID: "1", EventType: "e", Payload: 1})
 		})
-		require.ErrorContains(t, err, "outbox: Writer.Table", table)
-		require.NotErrorIs(t, err, outbox.ErrInvalidEvent)
+		if err == nil || !strings.Contains(err.Error(), "outbox: Writer.Table") {
+			t.Fatalf("table %q: got %v, want an error about Writer.Table", table, err)
+		}
+		if errors.Is(err, outbox.ErrInvalidEvent) {
+			t.Fatalf("table %q: %v wraps ErrInvalidEvent, but the events are valid", table, err)
+		}
 	}
 }
 
@@ -242,19 +242,19 @@ func TestWriterRefusesBadTableNames(t *testing.T) {
 func TestWriteToSchemaQualifiedTable(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	_, pool := testkit.NewOutbox(t)
+	_, pool := newOutbox(t)
 	schema := `odd "schema"; --`
-	testkit.Exec(t, pool, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	execSQL(t, pool, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	table := pgx.Identifier{schema, "Events"}.Sanitize()
-	testkit.Exec(t, pool, "CREATE TABLE "+table+" (LIKE public.outbox INCLUDING DEFAULTS INCLUDING IDENTITY)")
+	execSQL(t, pool, "CREATE TABLE "+table+" (LIKE public.outbox INCLUDING DEFAULTS INCLUDING IDENTITY)")
 
 	w := outbox.Writer{Table: schema + ".Events"}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		return w.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: "x"})
-	}))
-	require.Equal(t, []storedRow{{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: `"x"`}},
-		readRows(t, pool, table, outboxCols))
-	require.Zero(t, testkit.QueryInt(t, pool, "SELECT count(*) FROM public.outbox"))
+	}), "Write")
+	equal(t, "rows", readRows(t, pool, table, outboxCols),
+		[]storedRow{{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: `"x"`}})
+	equal(t, "events in public.outbox", queryInt(t, pool, "SELECT count(*) FROM public.outbox"), 0)
 }
 
 // A team's own table, made ready by the drop-in SQL, with the producer's
@@ -262,9 +262,9 @@ func TestWriteToSchemaQualifiedTable(t *testing.T) {
 func TestWriteToDropInTable(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	dbURL := testkit.NewDatabase(t)
-	pool := testkit.NewPool(t, dbURL)
-	testkit.Exec(t, pool, `CREATE TABLE app_events (
+	dbURL := newDatabase(t)
+	pool := newPool(t, dbURL)
+	execSQL(t, pool, `CREATE TABLE app_events (
 		uid         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
 		entity_type varchar(100) NOT NULL,
 		entity_id   varchar(100) NOT NULL,
@@ -277,28 +277,28 @@ func TestWriteToDropInTable(t *testing.T) {
 		"-v", "event_id_column=uid", "-v", "status_column=state", "-v", "created_at_column=occurred_at",
 		"-v", "status_pending=NEW", "-v", "status_published=SENT", "-v", "status_failed=DEAD",
 		"-f", "../sql/outboxrelay_install.sql").CombinedOutput()
-	require.NoError(t, err, string(out))
+	must(t, err, "psql -f ../sql/outboxrelay_install.sql:\n"+string(out))
 
 	w := outbox.Writer{Table: "public.app_events", Columns: outbox.Columns{
 		AggregateType: "entity_type", AggregateID: "entity_id", EventType: "kind", Payload: "body"}}
 	db, err := sql.Open("pgx", dbURL)
-	require.NoError(t, err)
+	must(t, err, "open database/sql")
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	require.NoError(t, w.WriteSQL(ctx, tx,
+	must(t, err, "begin")
+	must(t, w.WriteSQL(ctx, tx,
 		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: map[string]int{"id": 1}},
 		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: map[string]int{"id": 1},
-			Headers: map[string]any{"tenant": "acme"}, RoutingKey: "orders.paid"}))
-	require.NoError(t, tx.Commit())
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			Headers: map[string]any{"tenant": "acme"}, RoutingKey: "orders.paid"}), "WriteSQL")
+	must(t, tx.Commit(), "commit")
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		return w.Write(ctx, tx, outbox.Event{AggregateType: "invoice", AggregateID: "9", EventType: "sent", Payload: nil, Exchange: "billing"})
-	}))
+	}), "Write")
 
-	require.Equal(t, []storedRow{
+	equal(t, "rows", readRows(t, pool, "app_events", "seq, entity_type, entity_id, kind, body::text, headers::text, exchange, routing_key"), []storedRow{
 		{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: `{"id": 1}`},
 		{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: `{"id": 1}`, Headers: ptr(`{"tenant": "acme"}`), RoutingKey: ptr("orders.paid")},
 		{AggregateType: "invoice", AggregateID: "9", EventType: "sent", Payload: `null`, Exchange: ptr("billing")},
-	}, readRows(t, pool, "app_events", "seq, entity_type, entity_id, kind, body::text, headers::text, exchange, routing_key"))
-	require.Equal(t, int64(3), testkit.QueryInt(t, pool, "SELECT count(*) FROM app_events WHERE state = 'NEW'"))
+	})
+	equal(t, "events pending", queryInt(t, pool, "SELECT count(*) FROM app_events WHERE state = 'NEW'"), 3)
 }

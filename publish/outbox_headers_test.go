@@ -1,4 +1,4 @@
-package outbox_test
+package publish_test
 
 import (
 	"encoding/json"
@@ -11,9 +11,11 @@ import (
 	"github.com/outboxrelay/outboxrelay/publish"
 )
 
-// The library refuses exactly the headers the relay would dead-letter: the
-// same cases go to Event.Validate and, as the JSON the library stores, to
-// the relay's publish.HeadersFromJSON.
+// The producer library (the module github.com/outboxrelay/outboxrelay/outbox)
+// refuses exactly the headers the relay would dead-letter: the same cases go
+// to its Event.Validate and, as the JSON the library stores, to the relay's
+// publish.HeadersFromJSON. The library does not import the relay, so the
+// test lives here.
 func TestHeadersAgreeWithTheRelay(t *testing.T) {
 	t.Parallel()
 	key255, key256 := strings.Repeat("k", 255), strings.Repeat("k", 256)
