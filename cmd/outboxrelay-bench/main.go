@@ -1,6 +1,6 @@
 // Command outboxrelay-bench benchmarks the outboxrelay binary against a
 // naive poller and the broker's own ceiling, on a real PostgreSQL and a
-// real RabbitMQ; see BENCHMARKS.md for the method and the results.
+// real RabbitMQ; see docs/performance.md for the method and the results.
 //
 //	outboxrelay-bench [run]   run the benchmark (the default)
 //

@@ -27,9 +27,11 @@ func readmeBlock(t *testing.T, name string) string {
 	return strings.TrimSpace(string(m[1]))
 }
 
-// TestReadmeQuickStart does what the README's quick start says: it runs the
-// relay command from the repository root and inserts the SQL example with
-// psql; the event arrives on the exchange. Only the environment differs: a
+// TestReadmeQuickStart does what the README's quick start says, in its
+// order: it runs the relay command from the repository root, then the tail
+// command (with --count=1, so that it exits once it printed the event),
+// and inserts the SQL example with psql; tail prints the event, which also
+// arrives on a queue of the test's. Only the environment differs: a
 // database and an exchange of the test's own, through DATABASE_URL and
 // OUTBOX_EXCHANGE, so the test leaves nothing behind.
 func TestReadmeQuickStart(t *testing.T) {
@@ -37,43 +39,87 @@ func TestReadmeQuickStart(t *testing.T) {
 	dbURL := testkit.NewDatabase(t)
 	exchange := testkit.UniqueName("outboxrelay_readme")
 	t.Cleanup(func() { testkit.DeleteExchange(t, exchange) })
+	env := []string{"DATABASE_URL=" + dbURL, "OUTBOX_EXCHANGE=" + exchange, "OUTBOX_LOG_FORMAT=json"}
 
-	root, err := filepath.Abs("../..")
-	require.NoError(t, err)
-	cmd := exec.Command("bash", "-c", "exec "+readmeBlock(t, "run-relay"))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "OUTBOX_EXCHANGE="+exchange, "OUTBOX_LOG_FORMAT=json")
-	out := &testkit.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	// go run starts the relay as its child: signal the whole group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("relay output:\n%s", out.String())
-		}
-	})
-
+	relay := startReadmeCommand(t, env, readmeBlock(t, "run-relay"))
 	// The relay declares the exchange once it is up; bind to it then.
-	testkit.WaitFor(t, 240*time.Second, "relay started (go run may build first)", func() bool {
-		return strings.Contains(out.String(), `"relay started"`)
-	})
+	relay.await(t, 240*time.Second, "relay started (go run may build first)", `"relay started"`)
 	queue := testkit.NewQueue(t, exchange, "#")
 	// The operations endpoints listen on their default port.
 	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, "localhost:9464", "/readyz", 200))
+	tail := startReadmeCommand(t, env, readmeBlock(t, "tail")+" --count=1")
+	tail.await(t, 240*time.Second, "tail bound its queue", "waiting for messages")
 	psql(t, dbURL, "-c", readmeBlock(t, "sql-example"))
 	d := queue.Receive(t, 1, 30*time.Second)[0]
 	require.Equal(t, "order.created", d.RoutingKey)
 	require.JSONEq(t, `{"id": 42, "customer": "ada", "total": 99.50}`, string(d.Body))
+
+	select {
+	case <-tail.exited:
+		require.NoError(t, tail.err, tail.out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("tail --count=1 did not exit after the event arrived:\n%s", tail.out.String())
+	}
+	out := tail.out.String()
+	require.Contains(t, out, exchange+" order.created message_id="+d.MessageId+" type=created")
+	require.Contains(t, out, "  aggregate_type: order\n")
+	require.Contains(t, out, `"customer": "ada"`)
+}
+
+// readmeCommand is a README command run as the README runs it: by bash,
+// from the repository root, in a process group of its own (go run starts
+// the command as its child), with the test's environment added.
+type readmeCommand struct {
+	out    *testkit.Buffer
+	exited chan struct{} // closed once the command has exited, with err
+	err    error
+}
+
+func startReadmeCommand(t *testing.T, env []string, command string) *readmeCommand {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	cmd := exec.Command("bash", "-c", "exec "+command)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	c := &readmeCommand{out: &testkit.Buffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = c.out, c.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	go func() { c.err = cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		// Signal the whole group: go run's child too.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-c.exited
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", command, c.out.String())
+		}
+	})
+	return c
+}
+
+// await waits until the command's output holds want. It fails at once if
+// the command exits first (a relay refused the busy port 9464, say), and
+// after timeout otherwise.
+func (c *readmeCommand) await(t *testing.T, timeout time.Duration, what, want string) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for !strings.Contains(c.out.String(), want) {
+		select {
+		case <-c.exited:
+			if !strings.Contains(c.out.String(), want) {
+				t.Fatalf("%s: the command exited first (%v)", what, c.err)
+			}
+		case <-deadline:
+			t.Fatalf("%s: not within %s", what, timeout)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // TestCIRunsTheReadmeTestCommand keeps .ci/run and the README in step.
