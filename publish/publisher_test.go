@@ -537,8 +537,8 @@ func TestErrorKinds(t *testing.T) {
 		{"headers not an object", func() error { _, err := HeadersFromJSON([]byte("[]")); return err }(), ErrInvalid, "invalid"},
 		{"returned", returned[0], ErrReturned, "returned"},
 		{"nacked", ErrNacked, ErrNacked, "nacked"},
-		{"exchange missing", checkError("x", &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}), ErrExchangeNotFound, "exchange_not_found"},
-		{"exchange check refused", checkError("x", &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED"}), nil, "_OTHER"},
+		{"exchange missing", checkError("x", &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}), ErrExchangeNotFound, ReasonMissingExchange},
+		{"exchange check refused", checkError("x", &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED"}), nil, ReasonConnection},
 		{"disconnected", current(&Publisher{}), ErrNotConnected, "connection"},
 		{"blocked", current(&Publisher{conn: new(amqp.Connection), isBlock: true, blocked: "low on memory"}), ErrNotConnected, "connection"},
 		{"closed", current(&Publisher{closed: true}), ErrClosed, "connection"},
@@ -547,7 +547,7 @@ func TestErrorKinds(t *testing.T) {
 		for _, k := range kinds {
 			require.Equal(t, k == tc.kind, errors.Is(tc.err, k), "%s: %v is %v", tc.name, tc.err, k)
 		}
-		require.Equal(t, tc.label, errorType(tc.err), "%s: %v", tc.name, tc.err)
+		require.Equal(t, tc.label, Reason(tc.err), "%s: %v", tc.name, tc.err)
 		require.Equal(t, 1, strings.Count(tc.err.Error(), "publish:"), "%s: %v", tc.name, tc.err)
 	}
 }
