@@ -459,22 +459,28 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, Config{}.Validate())
 	for _, tc := range []struct {
-		cfg  Config
-		want string
+		cfg     Config
+		setting string
+		want    string
 	}{
-		{Config{ConfirmTimeout: -1}, "publish: ConfirmTimeout -1ns: must be positive"},
-		{Config{MaxMessageSize: -1}, "publish: MaxMessageSize"},
-		{Config{Heartbeat: time.Millisecond}, "publish: Heartbeat"},
-		{Config{DialTimeout: -time.Second}, "publish: DialTimeout"},
-		{Config{ReconnectMin: -time.Second}, "publish: ReconnectMin"},
-		{Config{ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "publish: ReconnectMax"},
-		{Config{Exchange: strings.Repeat("x", 256)}, "publish: Exchange"},
-		{Config{URL: "http://guest:pw-secret@host/"}, "publish: URL http://guest:xxxxx@host/: scheme"},
-		{Config{URL: "amqp://guest:pw-se%cret@host/"}, "publish: URL"},
+		{Config{ConfirmTimeout: -1}, "ConfirmTimeout", "publish: ConfirmTimeout -1ns: must be positive"},
+		{Config{MaxMessageSize: -1}, "MaxMessageSize", "publish: MaxMessageSize"},
+		{Config{Heartbeat: time.Millisecond}, "Heartbeat", "publish: Heartbeat"},
+		{Config{DialTimeout: -time.Second}, "DialTimeout", "publish: DialTimeout"},
+		{Config{ReconnectMin: -time.Second}, "ReconnectMin", "publish: ReconnectMin"},
+		{Config{ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "ReconnectMax", "publish: ReconnectMax"},
+		{Config{Exchange: strings.Repeat("x", 256)}, "Exchange", "publish: Exchange"},
+		{Config{URL: "http://guest:pw-secret@host/"}, "URL", "publish: URL http://guest:xxxxx@host/: scheme"},
+		{Config{URL: "amqp://guest:pw-se%cret@host/"}, "URL", "publish: URL"},
+		{Config{URL: "amqp://host/,amqp://guest:pw-secret@host:x/"}, "URL", "publish: URL 2 of 2"},
+		{Config{URL: " , "}, "URL", "publish: URL: no URL in the list"},
 	} {
 		err := tc.cfg.Validate()
 		require.ErrorContains(t, err, tc.want)
 		require.NotContains(t, err.Error(), "pw-se")
+		var cerr *ConfigError
+		require.ErrorAs(t, err, &cerr)
+		require.Equal(t, tc.setting, cerr.Setting, "%v", err)
 	}
 }
 
