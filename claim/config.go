@@ -2,7 +2,6 @@ package claim
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -213,8 +212,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first setting that cannot work, naming it. It checks
-// the values as given, after defaults are filled in.
+// Validate reports the first setting that cannot work, naming it, as a
+// *ConfigError. It checks the values as given, after defaults are filled
+// in.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	if _, err := splitTable(c.Table); err != nil {
@@ -222,45 +222,45 @@ func (c Config) Validate() error {
 	}
 	for _, col := range c.Columns.named() {
 		if strings.ContainsRune(col[1], 0) {
-			return fmt.Errorf("claim: Columns.%s: contains a NUL byte", col[0])
+			return configErrorf("Columns."+col[0], "claim: Columns.%s: contains a NUL byte", col[0])
 		}
 	}
 	st := c.Statuses
 	for _, s := range [][2]string{{"Pending", st.Pending}, {"Published", st.Published}, {"Failed", st.Failed}} {
 		if !statusValue.MatchString(s[1]) {
-			return fmt.Errorf("claim: Statuses.%s %q: want 1 to 63 letters, digits, spaces or _ . -", s[0], s[1])
+			return configErrorf("Statuses."+s[0], "claim: Statuses.%s %q: want 1 to 63 letters, digits, spaces or _ . -", s[0], s[1])
 		}
 	}
 	if st.Pending == st.Published || st.Pending == st.Failed || st.Published == st.Failed {
-		return errors.New("claim: Statuses: pending, published and failed must differ")
+		return configErrorf("Statuses", "claim: Statuses: pending, published and failed must differ")
 	}
 	switch {
 	case c.Lease <= 0:
-		return fmt.Errorf("claim: Lease %s: must be positive", c.Lease)
+		return configErrorf("Lease", "claim: Lease %s: must be positive", c.Lease)
 	case c.MaxAttempts < 1:
-		return fmt.Errorf("claim: MaxAttempts %d: must be at least 1", c.MaxAttempts)
+		return configErrorf("MaxAttempts", "claim: MaxAttempts %d: must be at least 1", c.MaxAttempts)
 	case c.RetryMin <= 0:
-		return fmt.Errorf("claim: RetryMin %s: must be positive", c.RetryMin)
+		return configErrorf("RetryMin", "claim: RetryMin %s: must be positive", c.RetryMin)
 	case c.RetryMax < c.RetryMin:
-		return fmt.Errorf("claim: RetryMax %s: must be at least RetryMin (%s)", c.RetryMax, c.RetryMin)
+		return configErrorf("RetryMax", "claim: RetryMax %s: must be at least RetryMin (%s)", c.RetryMax, c.RetryMin)
 	case c.QueryTimeout <= 0:
-		return fmt.Errorf("claim: QueryTimeout %s: must be positive", c.QueryTimeout)
+		return configErrorf("QueryTimeout", "claim: QueryTimeout %s: must be positive", c.QueryTimeout)
 	case c.MaxBatchBytes < 1:
-		return fmt.Errorf("claim: MaxBatchBytes %d: must be at least 1", c.MaxBatchBytes)
+		return configErrorf("MaxBatchBytes", "claim: MaxBatchBytes %d: must be at least 1", c.MaxBatchBytes)
 	case c.Ordering != OrderNone && c.Ordering != OrderAggregate:
-		return fmt.Errorf("claim: Ordering %q: want %q or %q", c.Ordering, OrderNone, OrderAggregate)
+		return configErrorf("Ordering", "claim: Ordering %q: want %q or %q", c.Ordering, OrderNone, OrderAggregate)
 	case c.OrderedDeadLetter != DeadLetterBlock && c.OrderedDeadLetter != DeadLetterContinue:
-		return fmt.Errorf("claim: OrderedDeadLetter %q: want %q or %q", c.OrderedDeadLetter, DeadLetterBlock, DeadLetterContinue)
+		return configErrorf("OrderedDeadLetter", "claim: OrderedDeadLetter %q: want %q or %q", c.OrderedDeadLetter, DeadLetterBlock, DeadLetterContinue)
 	}
 	seen := map[string]bool{}
 	for _, col := range c.OrderingKey {
 		switch {
 		case col == "" || strings.ContainsRune(col, 0):
-			return fmt.Errorf("claim: OrderingKey %q: want column names, none empty", c.OrderingKey)
+			return configErrorf("OrderingKey", "claim: OrderingKey %q: want column names, none empty", c.OrderingKey)
 		case seen[col]:
-			return fmt.Errorf("claim: OrderingKey %q: column %q is named twice", c.OrderingKey, col)
+			return configErrorf("OrderingKey", "claim: OrderingKey %q: column %q is named twice", c.OrderingKey, col)
 		case col == c.Columns.ID:
-			return fmt.Errorf("claim: OrderingKey %q: the id column %q orders events within an aggregate and cannot be part of its key", c.OrderingKey, col)
+			return configErrorf("OrderingKey", "claim: OrderingKey %q: the id column %q orders events within an aggregate and cannot be part of its key", c.OrderingKey, col)
 		}
 		seen[col] = true
 	}
@@ -277,11 +277,11 @@ func (c Config) TableIdentifier() (pgx.Identifier, error) {
 func splitTable(name string) ([]string, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 {
-		return nil, fmt.Errorf("claim: Table %q: want table or schema.table", name)
+		return nil, configErrorf("Table", "claim: Table %q: want table or schema.table", name)
 	}
 	for _, p := range parts {
 		if p == "" || strings.ContainsRune(p, 0) {
-			return nil, fmt.Errorf("claim: Table %q: want table or schema.table", name)
+			return nil, configErrorf("Table", "claim: Table %q: want table or schema.table", name)
 		}
 	}
 	return parts, nil
@@ -352,4 +352,22 @@ func (c Config) ConfigurePool(pc *pgxpool.Config) {
 			params[name] = value
 		}
 	}
+}
+
+// ConfigError is the error Validate returns: the setting that cannot work,
+// and why. Its text names the setting too.
+type ConfigError struct {
+	// Setting is the Config field, as Go spells it: "Table", "Lease",
+	// "OrderingKey", "Columns.ID", "Statuses.Pending", or "Statuses" for
+	// the three status values together.
+	Setting string
+	Err     error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configErrorf returns a *ConfigError of setting with the formatted text.
+func configErrorf(setting, format string, args ...any) error {
+	return &ConfigError{Setting: setting, Err: fmt.Errorf(format, args...)}
 }

@@ -3,11 +3,10 @@ package claim
 import (
 	_ "embed"
 	"fmt"
-	"slices"
 	"strings"
 	"text/template"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/outboxrelay/internal/sqltmpl"
 )
 
 //go:embed queries.sql
@@ -32,7 +31,7 @@ type queries struct {
 func render(cfg Config) (queries, error) {
 	table, _ := splitTable(cfg.Table)
 	data := map[string]string{
-		"Table":     pgx.Identifier(table).Sanitize(),
+		"Table":     sqltmpl.Identifier(table...),
 		"Pending":   literal(cfg.Statuses.Pending),
 		"Published": literal(cfg.Statuses.Published),
 		"Failed":    literal(cfg.Statuses.Failed),
@@ -44,7 +43,7 @@ func render(cfg Config) (queries, error) {
 		data["BlockFailed"] = "true"
 	}
 	for _, col := range cfg.Columns.named() {
-		data[col[0]] = pgx.Identifier{col[1]}.Sanitize()
+		data[col[0]] = sqltmpl.Identifier(col[1])
 	}
 	funcs := keyFuncs(cfg.OrderingKey)
 	// keyText is a row's aggregate as text in ordered mode (as the ordered
@@ -59,20 +58,9 @@ func render(cfg Config) (queries, error) {
 		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0)",
 			alias, data["Payload"], data["Headers"])
 	}
-	named := map[string]string{}
-	// Each file's preamble, before its first name, is commentary.
-	parts := slices.Concat(strings.Split(queriesSQL, "-- name: ")[1:], strings.Split(orderedSQL, "-- name: ")[1:])
-	for _, part := range parts {
-		name, body, _ := strings.Cut(part, "\n")
-		tmpl, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(body)
-		if err != nil {
-			return queries{}, fmt.Errorf("claim: parse %s: %w", name, err)
-		}
-		var b strings.Builder
-		if err := tmpl.Execute(&b, data); err != nil {
-			return queries{}, fmt.Errorf("claim: render %s: %w", name, err)
-		}
-		named[strings.TrimSpace(name)] = strings.TrimSpace(b.String())
+	named, err := sqltmpl.Render(funcs, data, queriesSQL, orderedSQL)
+	if err != nil {
+		return queries{}, fmt.Errorf("claim: %w", err)
 	}
 	q := queries{
 		table:           data["Table"],
@@ -114,11 +102,11 @@ func keyFuncs(cols []string) template.FuncMap {
 	}
 	return template.FuncMap{
 		"key": func(alias string) string {
-			return list(func(_ int, c string) string { return alias + "." + pgx.Identifier{c}.Sanitize() })
+			return list(func(_ int, c string) string { return alias + "." + sqltmpl.Identifier(c) })
 		},
 		"keyAs": func(alias string) string {
 			return list(func(i int, c string) string {
-				return fmt.Sprintf("%s.%s AS k%d", alias, pgx.Identifier{c}.Sanitize(), i)
+				return fmt.Sprintf("%s.%s AS k%d", alias, sqltmpl.Identifier(c), i)
 			})
 		},
 		"keyOf": func(alias string) string {
@@ -127,6 +115,6 @@ func keyFuncs(cols []string) template.FuncMap {
 	}
 }
 
-// literal quotes a status value validated by statusValue (no quotes, no
-// backslashes) as a SQL string literal.
-func literal(s string) string { return "'" + s + "'" }
+// literal quotes a status value (validated by statusValue) as a SQL string
+// literal.
+var literal = sqltmpl.Literal

@@ -438,6 +438,9 @@ func TestConfigValidate(t *testing.T) {
 		{claim.Config{Statuses: claim.Statuses{Pending: "it's"}}, "Statuses.Pending"},
 		{claim.Config{Statuses: claim.Statuses{Published: "pending"}}, "Statuses"},
 		{claim.Config{Columns: claim.Columns{Payload: "a\x00b"}}, "Columns.Payload"},
+		{claim.Config{Ordering: "random"}, "Ordering"},
+		{claim.Config{OrderingKey: []string{"a", "a"}}, "OrderingKey"},
+		{claim.Config{OrderingKey: []string{"id"}}, "OrderingKey"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {
@@ -445,6 +448,11 @@ func TestConfigValidate(t *testing.T) {
 			continue
 		}
 		require.ErrorContains(t, err, tc.want)
+		// The setting is named by a field a caller can test, not only in
+		// the text.
+		var cerr *claim.ConfigError
+		require.ErrorAs(t, err, &cerr)
+		require.Equal(t, tc.want, cerr.Setting)
 	}
 }
 

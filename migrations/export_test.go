@@ -15,3 +15,6 @@ func MigrateTo(ctx context.Context, conn *pgx.Conn, v int32) error {
 	}
 	return m.MigrateTo(ctx, v)
 }
+
+// Files are the embedded migrations.
+var Files = files

@@ -2,12 +2,14 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/lockkey"
 	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/migrations"
 )
@@ -37,6 +39,6 @@ func TestGateWhenMigrationKeepsTheTriggersState(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, `SELECT tgenabled::text, pg_get_triggerdef(oid) FROM pg_trigger
 			WHERE tgrelid = 'outbox'::regclass AND tgname = 'outbox_notify'`).Scan(&enabled, &def))
 		require.Equal(t, state.want, enabled, "after %s", state.alter)
-		require.Contains(t, def, "WHEN (pg_try_advisory_xact_lock_shared(1868722809, hashtext('outbox'::text)))")
+		require.Contains(t, def, fmt.Sprintf("WHEN (pg_try_advisory_xact_lock_shared(%d, hashtext('outbox'::text)))", lockkey.Gate))
 	}
 }

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/outboxrelay/outboxrelay/internal/lockkey"
 	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/migrations"
 	outboxsql "github.com/outboxrelay/outboxrelay/sql"
@@ -88,8 +90,9 @@ func TestListenMigrationKeepsTheTriggers(t *testing.T) {
 		defer conn.Close(context.Background())
 		require.NoError(t, migrations.MigrateTo(ctx, conn, 6))
 		// A channel of the operator's own, set as version 6 would.
-		_, err = conn.Exec(ctx, `CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT
-			WHEN (pg_try_advisory_xact_lock_shared(1868722809, hashtext('app ''events'''))) EXECUTE FUNCTION outboxrelay_notify('app ''events''', 'public.outbox_wakeup')`)
+		_, err = conn.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT
+			WHEN (pg_try_advisory_xact_lock_shared(%d, hashtext('app ''events'''))) EXECUTE FUNCTION outboxrelay_notify('app ''events''', 'public.outbox_wakeup')`,
+			lockkey.Gate))
 		require.NoError(t, err)
 		_, err = conn.Exec(ctx, "ALTER TABLE outbox "+state.alter)
 		require.NoError(t, err)
@@ -100,8 +103,8 @@ func TestListenMigrationKeepsTheTriggers(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, `SELECT tgenabled::text, pg_get_triggerdef(oid) FROM pg_trigger
 			WHERE tgrelid = 'outbox'::regclass AND tgname = 'outbox_notify'`).Scan(&enabled, &def))
 		require.Equal(t, state.want, enabled, "after %s", state.alter)
-		require.Contains(t, def, "WHEN (((NOT pg_try_advisory_xact_lock_shared(1868722811, hashtext('app ''events'''::text))) "+
-			"AND pg_try_advisory_xact_lock_shared(1868722809, hashtext('app ''events'''::text))))")
+		require.Contains(t, def, fmt.Sprintf("WHEN (((NOT pg_try_advisory_xact_lock_shared(%d, hashtext('app ''events'''::text))) "+
+			"AND pg_try_advisory_xact_lock_shared(%d, hashtext('app ''events'''::text))))", lockkey.Listen, lockkey.Gate))
 		require.Contains(t, def, "EXECUTE FUNCTION outboxrelay_notify('app ''events''', 'public.outbox_wakeup')")
 	}
 }

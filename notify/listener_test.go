@@ -2,16 +2,22 @@ package notify
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/internal/redact"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
 // Fast reconnects keep the tests short.
@@ -122,16 +128,13 @@ func database(t *testing.T) (string, *pgxpool.Pool, Config) {
 }
 
 // proxied returns dbURL rewritten to go through a new fault-injecting
-// proxy, with the given password (trust auth ignores it).
-func proxied(t *testing.T, dbURL, password string) (string, *testkit.Proxy) {
+// proxy.
+func proxied(t *testing.T, dbURL string) (string, *testkit.Proxy) {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
 	proxy := testkit.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
-	if password != "" {
-		u.User = url.UserPassword(u.User.Username(), password)
-	}
 	return u.String(), proxy
 }
 
@@ -161,7 +164,7 @@ func TestWakesOnStart(t *testing.T) {
 	t.Parallel()
 	dbURL, _, cfg := database(t)
 	// The database is unreachable: the first pass must not wait for it.
-	proxyURL, proxy := proxied(t, dbURL, "")
+	proxyURL, proxy := proxied(t, dbURL)
 	proxy.Cut()
 	cfg.ConnConfig = parseConfig(t, proxyURL)
 	h := start(t, cfg)
@@ -257,7 +260,7 @@ func TestReconnectsAfterTerminate(t *testing.T) {
 func TestHeartbeatReplacesSilentConnection(t *testing.T) {
 	t.Parallel()
 	dbURL, pool, cfg := database(t)
-	proxyURL, proxy := proxied(t, dbURL, "")
+	proxyURL, proxy := proxied(t, dbURL)
 	cfg.ConnConfig = parseConfig(t, proxyURL)
 	cfg.Pinger = pool // direct, not through the proxy
 	cfg.PingInterval = 200 * time.Millisecond
@@ -294,7 +297,7 @@ func TestHeartbeatReplacesSilentConnection(t *testing.T) {
 func TestRetriesUntilReachable(t *testing.T) {
 	t.Parallel()
 	dbURL, pool, cfg := database(t)
-	proxyURL, proxy := proxied(t, dbURL, "")
+	proxyURL, proxy := proxied(t, dbURL)
 	proxy.Cut()
 	cfg.ConnConfig = parseConfig(t, proxyURL)
 	h := start(t, cfg)
@@ -316,33 +319,94 @@ func TestRetriesUntilReachable(t *testing.T) {
 	h.awaitWake(t, "NOTIFY after connecting")
 }
 
+// The listener logs every failed connect with its error, and an error may
+// quote the password: here a server (think of a proxy or pooler in front
+// of PostgreSQL) asks for it in clear text and refuses it with a message
+// that repeats it. The log line carries the server's message with the
+// password masked, whether the password came in the URL or was set on the
+// connection config alone (as a password file or PGPASSWORD sets it).
 func TestNeverLogsPassword(t *testing.T) {
 	t.Parallel()
-	const password = "n0t-In-Th3-L0gs"
-	dbURL, pool, cfg := database(t)
-	proxyURL, proxy := proxied(t, dbURL, password)
-	proxy.Cut()
-	cfg.ConnConfig = parseConfig(t, proxyURL)
-	cfg.Pinger = pool
-	cfg.PingInterval = 50 * time.Millisecond
-	h := start(t, cfg)
+	const password = "s3cr3t/n0t in the l0gs"
+	addr := passwordEchoServer(t)
+	inURL := parseConfig(t, (&url.URL{Scheme: "postgres", User: url.UserPassword("relay", password),
+		Host: addr, Path: "/db", RawQuery: "sslmode=disable"}).String())
+	onConfig := parseConfig(t, "postgres://relay@"+addr+"/db?sslmode=disable")
+	onConfig.Password = password
+	for name, cc := range map[string]*pgx.ConnConfig{"in the URL": inURL, "on the config": onConfig} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := start(t, Config{ConnConfig: cc, Channel: "outbox"})
+			testkit.WaitFor(t, eventTimeout, "failed connects logged", func() bool {
+				return h.countLogs("listener connect failed") >= 2
+			})
+			logs := h.logs.String()
+			require.Contains(t, logs, "password authentication failed", "the server's message is logged")
+			require.Contains(t, logs, redact.Mask+`\" is not the password`, "the password in it is masked")
+			for _, form := range []string{password, url.PathEscape(password), url.QueryEscape(password), "s3cr3t"} {
+				require.NotContains(t, logs, form)
+			}
+		})
+	}
+}
 
-	testkit.WaitFor(t, eventTimeout, "failed connects logged", func() bool {
-		return h.countLogs("listener connect failed") >= 2
+// passwordEchoServer listens on a port of its own and speaks PostgreSQL's
+// protocol as far as authentication: it asks each client for its password
+// in clear text and refuses it with an error that quotes it. It returns
+// its address.
+func passwordEchoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
 	})
-	proxy.Restore()
-	h.awaitListening(t)
-	testkit.WaitFor(t, eventTimeout, "heartbeats answered", func() bool { return h.l.pongSeq.Load() >= 2 })
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(eventTimeout))
+				refusePassword(conn)
+			})
+		}
+	})
+	return ln.Addr().String()
+}
 
-	logs := h.logs.String()
-	require.Contains(t, logs, proxy.Addr(), "the logs do name the target")
-	require.NotContains(t, logs, password)
+func refusePassword(conn net.Conn) {
+	be := pgproto3.NewBackend(conn, conn)
+	if msg, err := be.ReceiveStartupMessage(); err != nil {
+		return
+	} else if _, ok := msg.(*pgproto3.StartupMessage); !ok {
+		return
+	}
+	be.Send(&pgproto3.AuthenticationCleartextPassword{})
+	if be.Flush() != nil || be.SetAuthType(pgproto3.AuthTypeCleartextPassword) != nil {
+		return
+	}
+	msg, err := be.Receive()
+	if err != nil {
+		return
+	}
+	pw, ok := msg.(*pgproto3.PasswordMessage)
+	if !ok {
+		return
+	}
+	be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", Code: "28P01",
+		Message: fmt.Sprintf("password authentication failed: %q is not the password", pw.Password)})
+	_ = be.Flush()
 }
 
 func TestConnectedFollowsTheListeningConnection(t *testing.T) {
 	t.Parallel()
 	dbURL, _, cfg := database(t)
-	proxyURL, proxy := proxied(t, dbURL, "")
+	proxyURL, proxy := proxied(t, dbURL)
 	cfg.ConnConfig = parseConfig(t, proxyURL)
 	h := start(t, cfg)
 	h.awaitListening(t)

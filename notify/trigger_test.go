@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -47,9 +48,9 @@ func TestCheckTriggerFindsAnotherChannel(t *testing.T) {
 func TestCheckTriggerFindsAnotherChannelsLocks(t *testing.T) {
 	t.Parallel()
 	_, pool := testkit.NewOutbox(t)
-	testkit.Exec(t, pool, `CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT
-		WHEN (NOT pg_try_advisory_xact_lock_shared(1868722811, hashtext('it''s')) AND pg_try_advisory_xact_lock_shared(1868722809, hashtext('outbox')))
-		EXECUTE FUNCTION outboxrelay_notify('outbox', 'public.outbox_wakeup')`)
+	testkit.Exec(t, pool, fmt.Sprintf(`CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT
+		WHEN (NOT pg_try_advisory_xact_lock_shared(%d, hashtext('it''s')) AND pg_try_advisory_xact_lock_shared(%d, hashtext('outbox')))
+		EXECUTE FUNCTION outboxrelay_notify('outbox', 'public.outbox_wakeup')`, ListenLockClass, GateLockClass))
 	ts := inspect(t, pool)
 	require.Equal(t, []string{"it's", "outbox"}, ts[0].WhenChannels)
 	var mismatch *TriggerMismatchError
@@ -74,9 +75,9 @@ func TestCheckTriggerFindsNone(t *testing.T) {
 func TestCheckTriggerFindsOutdatedAndDuplicated(t *testing.T) {
 	t.Parallel()
 	_, pool := testkit.NewOutbox(t)
-	testkit.Exec(t, pool, `CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT
-		WHEN (pg_try_advisory_xact_lock_shared(1868722809, hashtext('outbox')))
-		EXECUTE FUNCTION outboxrelay_notify('outbox', 'public.outbox_wakeup')`) // as migration 6 made it
+	testkit.Exec(t, pool, fmt.Sprintf(`CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT
+		WHEN (pg_try_advisory_xact_lock_shared(%d, hashtext('outbox')))
+		EXECUTE FUNCTION outboxrelay_notify('outbox', 'public.outbox_wakeup')`, GateLockClass)) // as migration 6 made it
 	ts := inspect(t, pool)
 	require.NoError(t, ts.Check("outbox", "outbox"))
 	require.Equal(t, []string{"outbox_notify"}, ts.Outdated())

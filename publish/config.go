@@ -104,13 +104,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first setting that cannot work, naming it. It never
-// includes the URL's password.
+// Validate reports the first setting that cannot work, naming it, as a
+// *ConfigError. It never includes the URL's password.
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	urls := c.urls()
 	if len(urls) == 0 {
-		return errors.New("publish: URL: no URL in the list")
+		return configErrorf("URL", "publish: URL: no URL in the list")
 	}
 	for i, u := range urls {
 		label := "URL"
@@ -118,24 +118,24 @@ func (c Config) Validate() error {
 			label = fmt.Sprintf("URL %d of %d", i+1, len(urls))
 		}
 		if err := validateURL(label, u); err != nil {
-			return err
+			return &ConfigError{Setting: "URL", Err: err}
 		}
 	}
 	switch {
 	case len(c.Exchange) > maxShortString:
-		return fmt.Errorf("publish: Exchange is %d bytes: at most %d", len(c.Exchange), maxShortString)
+		return configErrorf("Exchange", "publish: Exchange is %d bytes: at most %d", len(c.Exchange), maxShortString)
 	case c.ConfirmTimeout <= 0:
-		return fmt.Errorf("publish: ConfirmTimeout %s: must be positive", c.ConfirmTimeout)
+		return configErrorf("ConfirmTimeout", "publish: ConfirmTimeout %s: must be positive", c.ConfirmTimeout)
 	case c.MaxMessageSize <= 0:
-		return fmt.Errorf("publish: MaxMessageSize %d: must be positive", c.MaxMessageSize)
+		return configErrorf("MaxMessageSize", "publish: MaxMessageSize %d: must be positive", c.MaxMessageSize)
 	case c.Heartbeat < time.Second:
-		return fmt.Errorf("publish: Heartbeat %s: must be at least 1s", c.Heartbeat)
+		return configErrorf("Heartbeat", "publish: Heartbeat %s: must be at least 1s", c.Heartbeat)
 	case c.DialTimeout <= 0:
-		return fmt.Errorf("publish: DialTimeout %s: must be positive", c.DialTimeout)
+		return configErrorf("DialTimeout", "publish: DialTimeout %s: must be positive", c.DialTimeout)
 	case c.ReconnectMin <= 0:
-		return fmt.Errorf("publish: ReconnectMin %s: must be positive", c.ReconnectMin)
+		return configErrorf("ReconnectMin", "publish: ReconnectMin %s: must be positive", c.ReconnectMin)
 	case c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("publish: ReconnectMax %s: must be at least ReconnectMin (%s)", c.ReconnectMax, c.ReconnectMin)
+		return configErrorf("ReconnectMax", "publish: ReconnectMax %s: must be at least ReconnectMin (%s)", c.ReconnectMax, c.ReconnectMin)
 	}
 	return nil
 }
@@ -170,4 +170,21 @@ func (c Config) urls() []string {
 		}
 	}
 	return out
+}
+
+// ConfigError is the error Validate returns: the setting that cannot work,
+// and why. Its text names the setting too.
+type ConfigError struct {
+	// Setting is the Config field, as Go spells it: "URL" (for any URL of
+	// the list), "Exchange", "ConfirmTimeout", and so on.
+	Setting string
+	Err     error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configErrorf returns a *ConfigError of setting with the formatted text.
+func configErrorf(setting, format string, args ...any) error {
+	return &ConfigError{Setting: setting, Err: fmt.Errorf(format, args...)}
 }

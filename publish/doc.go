@@ -16,7 +16,8 @@
 // the channel under the whole batch), it was returned (ErrReturned) or
 // nacked (ErrNacked). Losing the channel or the connection, or running
 // out of time, fails every unconfirmed message of the batch; such errors
-// are transient.
+// are transient. Reason names a failure's class in a few stable words,
+// the ones the relay's metrics, logs and PRODUCER spans share.
 //
 // Dial connects once and fails fast. Run keeps the connection up: it
 // reconnects with jittered exponential backoff and re-declares the

@@ -459,22 +459,28 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, Config{}.Validate())
 	for _, tc := range []struct {
-		cfg  Config
-		want string
+		cfg     Config
+		setting string
+		want    string
 	}{
-		{Config{ConfirmTimeout: -1}, "publish: ConfirmTimeout -1ns: must be positive"},
-		{Config{MaxMessageSize: -1}, "publish: MaxMessageSize"},
-		{Config{Heartbeat: time.Millisecond}, "publish: Heartbeat"},
-		{Config{DialTimeout: -time.Second}, "publish: DialTimeout"},
-		{Config{ReconnectMin: -time.Second}, "publish: ReconnectMin"},
-		{Config{ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "publish: ReconnectMax"},
-		{Config{Exchange: strings.Repeat("x", 256)}, "publish: Exchange"},
-		{Config{URL: "http://guest:pw-secret@host/"}, "publish: URL http://guest:xxxxx@host/: scheme"},
-		{Config{URL: "amqp://guest:pw-se%cret@host/"}, "publish: URL"},
+		{Config{ConfirmTimeout: -1}, "ConfirmTimeout", "publish: ConfirmTimeout -1ns: must be positive"},
+		{Config{MaxMessageSize: -1}, "MaxMessageSize", "publish: MaxMessageSize"},
+		{Config{Heartbeat: time.Millisecond}, "Heartbeat", "publish: Heartbeat"},
+		{Config{DialTimeout: -time.Second}, "DialTimeout", "publish: DialTimeout"},
+		{Config{ReconnectMin: -time.Second}, "ReconnectMin", "publish: ReconnectMin"},
+		{Config{ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "ReconnectMax", "publish: ReconnectMax"},
+		{Config{Exchange: strings.Repeat("x", 256)}, "Exchange", "publish: Exchange"},
+		{Config{URL: "http://guest:pw-secret@host/"}, "URL", "publish: URL http://guest:xxxxx@host/: scheme"},
+		{Config{URL: "amqp://guest:pw-se%cret@host/"}, "URL", "publish: URL"},
+		{Config{URL: "amqp://host/,amqp://guest:pw-secret@host:x/"}, "URL", "publish: URL 2 of 2"},
+		{Config{URL: " , "}, "URL", "publish: URL: no URL in the list"},
 	} {
 		err := tc.cfg.Validate()
 		require.ErrorContains(t, err, tc.want)
 		require.NotContains(t, err.Error(), "pw-se")
+		var cerr *ConfigError
+		require.ErrorAs(t, err, &cerr)
+		require.Equal(t, tc.setting, cerr.Setting, "%v", err)
 	}
 }
 
@@ -537,8 +543,8 @@ func TestErrorKinds(t *testing.T) {
 		{"headers not an object", func() error { _, err := HeadersFromJSON([]byte("[]")); return err }(), ErrInvalid, "invalid"},
 		{"returned", returned[0], ErrReturned, "returned"},
 		{"nacked", ErrNacked, ErrNacked, "nacked"},
-		{"exchange missing", checkError("x", &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}), ErrExchangeNotFound, "exchange_not_found"},
-		{"exchange check refused", checkError("x", &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED"}), nil, "_OTHER"},
+		{"exchange missing", checkError("x", &amqp.Error{Code: amqp.NotFound, Reason: "NOT_FOUND"}), ErrExchangeNotFound, ReasonMissingExchange},
+		{"exchange check refused", checkError("x", &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED"}), nil, ReasonConnection},
 		{"disconnected", current(&Publisher{}), ErrNotConnected, "connection"},
 		{"blocked", current(&Publisher{conn: new(amqp.Connection), isBlock: true, blocked: "low on memory"}), ErrNotConnected, "connection"},
 		{"closed", current(&Publisher{closed: true}), ErrClosed, "connection"},
@@ -547,7 +553,7 @@ func TestErrorKinds(t *testing.T) {
 		for _, k := range kinds {
 			require.Equal(t, k == tc.kind, errors.Is(tc.err, k), "%s: %v is %v", tc.name, tc.err, k)
 		}
-		require.Equal(t, tc.label, errorType(tc.err), "%s: %v", tc.name, tc.err)
+		require.Equal(t, tc.label, Reason(tc.err), "%s: %v", tc.name, tc.err)
 		require.Equal(t, 1, strings.Count(tc.err.Error(), "publish:"), "%s: %v", tc.name, tc.err)
 	}
 }

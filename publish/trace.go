@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"errors"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
@@ -75,32 +74,15 @@ func (p *Publisher) startSpans(ctx context.Context, msgs []Message, exchanges []
 	return spans
 }
 
-// endSpans ends the spans with each message's result.
+// endSpans ends the spans with each message's result: a failure sets the
+// span's status and its error.type, the failure's Reason (the word the
+// relay's metrics and logs use for it).
 func endSpans(spans []trace.Span, errs []error) {
 	for i, span := range spans {
 		if err := errs[i]; err != nil {
-			span.SetAttributes(attribute.String("error.type", errorType(err)))
+			span.SetAttributes(attribute.String("error.type", Reason(err)))
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
 	}
-}
-
-// errorType names a failure's class for the error.type attribute.
-func errorType(err error) string {
-	switch {
-	case errors.Is(err, ErrInvalid):
-		return "invalid"
-	case errors.Is(err, ErrReturned):
-		return "returned"
-	case errors.Is(err, ErrNacked):
-		return "nacked"
-	case errors.Is(err, ErrExchangeNotFound):
-		return "exchange_not_found"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, ErrNotConnected), errors.Is(err, ErrClosed), errors.Is(err, amqp.ErrClosed):
-		return "connection"
-	}
-	return "_OTHER"
 }

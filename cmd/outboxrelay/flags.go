@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,7 +67,7 @@ func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store clai
 	if err != nil {
 		pool.Close()
 		hint := ""
-		if strings.Contains(err.Error(), "unsupported startup parameter") {
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ProtocolViolation {
 			hint = pgbouncerHint
 		}
 		return nil, cli.Usagef("PostgreSQL at %s unreachable: %v%s", redact.URL(f.DatabaseURL), redact.Error(err, f.DatabaseURL), hint)
@@ -75,7 +76,10 @@ func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store clai
 }
 
 // pgbouncerHint follows PgBouncer's refusal of the relay's startup
-// parameters, which it only sets on a session of its own.
+// parameters, which it only sets on a session of its own: PgBouncer answers
+// a startup parameter it does not track with a protocol violation (08P01,
+// "unsupported startup parameter"), which PostgreSQL itself never sends a
+// client that speaks the protocol as pgx does.
 const pgbouncerHint = "; this looks like PgBouncer: through a transaction-mode pool, give --listener-url " +
 	"(OUTBOX_LISTENER_URL) a direct URL, or poll only with --no-listen, and the relay keeps no session state on --database-url"
 

@@ -123,7 +123,7 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		MaxMessageSize: c.MaxMessageSize,
 	}
 	if err := pc.Validate(); err != nil {
-		if strings.Contains(err.Error(), "URL") {
+		if cerr := (*publish.ConfigError)(nil); errors.As(err, &cerr) && cerr.Setting == "URL" {
 			err = fmt.Errorf("--amqp-url / AMQP_URL: %w", err)
 		}
 		return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usage(err)

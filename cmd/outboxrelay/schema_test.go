@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -102,13 +103,13 @@ func TestInstallSQLAddsOnlyWhatIsMissing(t *testing.T) {
 		t.Parallel()
 		dbURL, pool := testkit.NewOutbox(t)
 		// What the script of version 6 added over the migrated table.
-		testkit.Exec(t, pool, `CREATE UNIQUE INDEX outbox_relay_id_idx ON outbox (id);
+		testkit.Exec(t, pool, fmt.Sprintf(`CREATE UNIQUE INDEX outbox_relay_id_idx ON outbox (id);
 			CREATE INDEX outbox_relay_pending_idx ON outbox (id) WHERE status = 'pending';
 			CREATE INDEX outbox_relay_published_idx ON outbox (published_at) WHERE status = 'published';
 			CREATE INDEX outbox_relay_failed_idx ON outbox (id) WHERE status = 'failed';
 			CREATE TRIGGER outboxrelay_notify AFTER INSERT ON outbox FOR EACH STATEMENT
-				WHEN (pg_try_advisory_xact_lock_shared(1868722809, hashtext('outbox')))
-				EXECUTE FUNCTION outboxrelay_notify('outbox', 'public.outbox_wakeup')`)
+				WHEN (pg_try_advisory_xact_lock_shared(%d, hashtext('outbox')))
+				EXECUTE FUNCTION outboxrelay_notify('outbox', 'public.outbox_wakeup')`, notify.GateLockClass))
 		out := sqlInstall(t, dbURL)
 		require.Contains(t, out, "dropped trigger outboxrelay_notify, which duplicated outbox_notify")
 		require.Equal(t, int64(1), notifyTriggers(t, pool, "outbox"))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -49,7 +50,7 @@ func (c TableFlags) claimConfig() (claim.Config, error) {
 		}
 	}
 	if err := cc.Validate(); err != nil {
-		if strings.Contains(err.Error(), "OrderingKey") {
+		if cerr := (*claim.ConfigError)(nil); errors.As(err, &cerr) && cerr.Setting == "OrderingKey" {
 			err = fmt.Errorf("--ordering-key / OUTBOX_ORDERING_KEY: %w", err)
 		}
 		return claim.Config{}, cli.Usage(err)

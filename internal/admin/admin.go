@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/sqltmpl"
 )
 
 //go:embed queries.sql
@@ -57,19 +58,19 @@ func render(cfg claim.Config) (map[string]string, error) {
 		return nil, err
 	}
 	c := cfg.Columns
-	data := map[string]string{"Table": table.Sanitize()}
+	data := map[string]string{"Table": sqltmpl.Identifier(table...)}
 	for name, col := range map[string]string{
 		"ID": c.ID, "EventID": c.EventID, "AggregateType": c.AggregateType, "AggregateID": c.AggregateID,
 		"EventType": c.EventType, "Payload": c.Payload, "Exchange": c.Exchange, "RoutingKey": c.RoutingKey,
 		"Status": c.Status, "Attempts": c.Attempts, "AvailableAt": c.AvailableAt, "LeaseID": c.LeaseID,
 		"LastError": c.LastError, "CreatedAt": c.CreatedAt,
 	} {
-		data[name] = pgx.Identifier{col}.Sanitize()
+		data[name] = sqltmpl.Identifier(col)
 	}
 	key := func(alias, suffix string) string {
 		parts := make([]string, len(cfg.OrderingKey))
 		for i, col := range cfg.OrderingKey {
-			parts[i] = alias + "." + pgx.Identifier{col}.Sanitize() + suffix
+			parts[i] = alias + "." + sqltmpl.Identifier(col) + suffix
 		}
 		return strings.Join(parts, ", ")
 	}
@@ -77,20 +78,9 @@ func render(cfg claim.Config) (map[string]string, error) {
 		"key":     func(alias string) string { return key(alias, "") },
 		"keyText": func(alias string) string { return key(alias, "::text") },
 	}
-	q := map[string]string{}
-	// The preamble, before the first name, is commentary.
-	for _, part := range strings.Split(queriesSQL, "-- name: ")[1:] {
-		name, body, _ := strings.Cut(part, "\n")
-		name = strings.TrimSpace(name)
-		tmpl, err := template.New(name).Funcs(funcs).Option("missingkey=error").Parse(body)
-		if err != nil {
-			return nil, fmt.Errorf("admin: parse %s: %w", name, err)
-		}
-		var b strings.Builder
-		if err := tmpl.Execute(&b, data); err != nil {
-			return nil, fmt.Errorf("admin: render %s: %w", name, err)
-		}
-		q[name] = strings.TrimSpace(b.String())
+	q, err := sqltmpl.Render(funcs, data, queriesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
 	}
 	return q, nil
 }

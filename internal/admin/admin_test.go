@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -251,53 +250,6 @@ func TestRequeueDryRunChangesNothing(t *testing.T) {
 	require.Equal(t, "created", res.Events[0].EventType)
 	require.Equal(t, 25, res.Events[1].Attempts)
 	require.Equal(t, before, testkit.QueryInt(t, pool, snapshot))
-}
-
-func TestEmitInsertsEventsAtARate(t *testing.T) {
-	t.Parallel()
-	a, pool, _ := newAdmin(t, claim.Config{})
-	ctx := context.Background()
-
-	n, err := a.Emit(ctx, admin.EmitOptions{})
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
-	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox
-		WHERE aggregate_type = 'demo' AND aggregate_id = '1' AND event_type = 'emitted'
-		AND payload = '{"demo": true, "n": 1}' AND exchange IS NULL AND routing_key IS NULL`))
-
-	n, err = a.Emit(ctx, admin.EmitOptions{Count: 2500, AggregateType: "order", AggregateID: "42", EventType: "created",
-		Payload: json.RawMessage(`{"x": [1, 2]}`), Exchange: "ex", RoutingKey: "rk"})
-	require.NoError(t, err)
-	require.Equal(t, int64(2500), n, "three chunks")
-	require.Equal(t, int64(2500), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox
-		WHERE aggregate_type = 'order' AND aggregate_id = '42' AND event_type = 'created'
-		AND payload = '{"x": [1, 2]}' AND exchange = 'ex' AND routing_key = 'rk'`))
-
-	start := time.Now()
-	n, err = a.Emit(ctx, admin.EmitOptions{Count: 6, Rate: 20, EventType: "paced"})
-	require.NoError(t, err)
-	require.Equal(t, int64(6), n)
-	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "six events at 20/s take a quarter second")
-	require.Equal(t, int64(6), testkit.QueryInt(t, pool, `SELECT count(DISTINCT payload->>'n') FROM outbox WHERE event_type = 'paced'`))
-
-	// Without a count, a rate runs until ctx ends, and says how many it inserted.
-	stop, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var emitted int64
-	go func() {
-		defer close(done)
-		emitted, err = a.Emit(stop, admin.EmitOptions{Rate: 200, EventType: "endless"})
-	}()
-	testkit.WaitFor(t, 30*time.Second, "endless events", func() bool {
-		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE event_type = 'endless'`) >= 20
-	})
-	cancel()
-	<-done
-	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE event_type = 'endless'`), emitted)
-
-	_, err = a.Emit(ctx, admin.EmitOptions{Payload: json.RawMessage(`{nope`)})
-	require.Error(t, err)
 }
 
 func awaitNotification(t *testing.T, conn *pgx.Conn, channel string) {

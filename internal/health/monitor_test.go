@@ -126,35 +126,44 @@ func TestACostlyCheckRunsOnlyEveryIntervalWhilePassing(t *testing.T) {
 
 // Once the relay's shutdown begins (Run's context ends), the monitor stops
 // checking the parts shutdown is stopping: /readyz answers "shutting down"
-// and nothing is logged at Warn, though the checks would now fail.
+// and nothing is logged at Warn, though the checks now fail. Here the
+// listener's check is under way when shutdown begins and fails because of
+// it, as the listener stops: the round it belongs to must not report the
+// relay not ready.
 func TestShutdownIsNotReadyWithoutAWarning(t *testing.T) {
-	var stopping atomic.Bool
-	var rounds atomic.Int64
+	var calls atomic.Int64
+	checking := make(chan struct{}) // closed by the second check, under way
 	logs := &testkit.Buffer{}
 	m, err := health.New(health.Config{
-		Checks: []health.Check{{Name: "listener", Run: func(context.Context) error {
-			if stopping.Load() {
-				return errors.New("not listening")
+		Checks: []health.Check{{Name: "listener", Run: func(ctx context.Context) error {
+			if calls.Add(1) == 1 {
+				return nil // the first round: ready
 			}
-			return nil
+			close(checking)
+			<-ctx.Done() // shutdown begins; the listener stops
+			return errors.New("not listening")
 		}}},
 		Interval: time.Millisecond,
-		OnReady:  func(bool) { rounds.Add(1) },
+		Timeout:  time.Hour, // the check ends with shutdown, not with its timeout
 		Logger:   slog.New(slog.NewJSONHandler(logs, nil)),
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
-	testkit.WaitFor(t, 5*time.Second, "a first round", func() bool { return rounds.Load() > 0 })
+	select {
+	case <-checking:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no second round of checks within 5s")
+	}
 	code, _ := get(t, m.ReadyHandler())
-	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, http.StatusOK, code, "ready after the first round")
 
 	cancel()
 	require.NoError(t, <-done)
-	stopping.Store(true) // the relay stops its listener
 	code, body := get(t, m.ReadyHandler())
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, map[string]any{"relay": "shutting down"}, body["failing"])
+	require.Contains(t, logs.String(), `"msg":"ready"`, "the log is read: it holds the first round's line")
 	require.NotContains(t, logs.String(), `"level":"WARN"`)
 }

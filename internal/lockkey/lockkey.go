@@ -1,7 +1,11 @@
 // Package lockkey holds the PostgreSQL advisory lock keys outboxrelay
-// takes, each defined here once. The SQL of the migrations and of the
-// drop-in install script spells the same numbers out; a test in notify
-// holds them to these.
+// takes, each defined here once: Go code takes its locks with these
+// constants. The SQL of the migrations and of the drop-in install script
+// cannot import them and spells the same numbers out;
+// migrations.TestSQLTakesTheLocksLockkeyDefines holds every lock call and
+// every key those files mention to these, and fails when one side changes
+// alone. A released migration is never edited: should a key change, the
+// old one stays here under a name of its own, as GateV2 did.
 //
 // A two-key lock (class, key) and a one-key lock (a bigint) never
 // conflict, even with equal numbers: PostgreSQL keeps them apart.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outboxrelay/outboxrelay/publish"
 )
 
 const namespace = "outboxrelay"
@@ -17,7 +19,6 @@ var (
 	claimBuckets    = []float64{.00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
 	publishBuckets  = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 15, 30}
 	batchBuckets    = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500}
-	failureReasons  = []string{"returned", "nacked", "timeout", "missing_exchange", "connection", "invalid", "other"}
 	connectionNames = []string{ServicePostgres, ServiceListener, ServiceRabbitMQ}
 )
 
@@ -145,7 +146,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		Help: "1, labelled with the relay's version and the Go version it was built with.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(opts.Version, runtime.Version()).Set(1)
-	for _, reason := range failureReasons {
+	for _, reason := range publish.Reasons() {
 		m.retried.WithLabelValues(reason)
 		m.deadLettered.WithLabelValues(reason)
 	}

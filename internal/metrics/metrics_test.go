@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxrelay/outboxrelay/internal/metrics"
 	"github.com/outboxrelay/outboxrelay/internal/relay"
+	"github.com/outboxrelay/outboxrelay/publish"
 )
 
 var _ relay.Observer = (*metrics.Metrics)(nil)
@@ -36,8 +37,8 @@ func TestObserverCountsWhatTheRelayReports(t *testing.T) {
 	m.Claimed(3, 2*time.Millisecond)
 	m.Claimed(0, time.Millisecond) // an empty claim: timed, no batch
 	m.Published([]time.Duration{time.Millisecond, 3 * time.Millisecond}, 5*time.Millisecond)
-	m.Retried(relay.ReasonReturned, 2)
-	m.DeadLettered(relay.ReasonInvalid, 1)
+	m.Retried(publish.ReasonReturned, 2)
+	m.DeadLettered(publish.ReasonInvalid, 1)
 	m.Released(4)
 	m.GateClosed(true)
 

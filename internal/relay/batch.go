@@ -136,7 +136,8 @@ func (r *Relay) retry(ctx, drainCtx context.Context, lease claim.LeaseID, failur
 	r.stats.failed.Add(int64(len(res.Due)))
 	r.stats.dead.Add(int64(res.Dead))
 	r.observeFailures(failures, res.DeadIndex)
-	r.log.Warn("publish failed", "err", failures[0].Err, "events", len(failures), "dead_lettered", res.Dead)
+	r.log.Warn("publish failed", "err", failures[0].Err, "reason", publish.Reason(failures[0].Err),
+		"events", len(failures), "dead_lettered", res.Dead)
 	for _, d := range res.Due {
 		r.wakeAfter(ctx, d)
 	}
@@ -189,7 +190,7 @@ func (r *Relay) observeFailures(failures []claim.Failure, dead []int) {
 		isDead[i] = true
 	}
 	for i, f := range failures {
-		reason := Reason(f.Err)
+		reason := publish.Reason(f.Err)
 		c := byReason[reason]
 		if c == nil {
 			c = &count{}

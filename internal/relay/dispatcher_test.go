@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/publish"
 )
 
@@ -200,4 +204,57 @@ func TestAWakeUpCoveredByAClaimSentAfterItClaimsNothing(t *testing.T) {
 	// A notification after that claim was sent needs a claim of its own.
 	d.listener.notify(t)
 	claimed(3, "a later notification")
+}
+
+// reasonObserver is a relay.Observer that records the failures it is told
+// of, by reason.
+type reasonObserver struct {
+	mu            sync.Mutex
+	retried, dead map[string]int
+}
+
+func (o *reasonObserver) Claimed(int, time.Duration)               {}
+func (o *reasonObserver) Published([]time.Duration, time.Duration) {}
+func (o *reasonObserver) Released(int)                             {}
+func (o *reasonObserver) GateClosed(bool)                          {}
+func (o *reasonObserver) Retried(reason string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.retried[reason] += n
+}
+func (o *reasonObserver) DeadLettered(reason string, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dead[reason] += n
+}
+
+// A failed publish is counted for the metrics and logged under one word,
+// publish.Reason's, the word the PRODUCER span's error.type carries too: a
+// missing exchange is missing_exchange in the observer's retries and dead
+// letters and in the log line's reason.
+func TestFailuresAreCountedAndLoggedUnderTheirReason(t *testing.T) {
+	t.Parallel()
+	d := newDispatcher(t)
+	logs := &testkit.Buffer{}
+	d.cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	obs := &reasonObserver{retried: map[string]int{}, dead: map[string]int{}}
+	d.cfg.Observer = obs
+	d.store.claim = claims(testBatch(0, 1, 2))
+	d.pub.publish = func(_ context.Context, msgs []publish.Message) []error {
+		return failAll(len(msgs), fmt.Errorf("%w: %q", publish.ErrExchangeNotFound, "gone"))
+	}
+	d.store.retry = func(context.Context, []claim.Failure) (claim.RetryResult, error) {
+		return claim.RetryResult{Due: []time.Duration{time.Hour}, Dead: 1, DeadIndex: []int{1}}, nil
+	}
+	d.start(t)
+	d.store.next(t, "claim")
+	d.store.next(t, "retry")
+	testkit.WaitFor(t, awaitTimeout, "the failure logged", func() bool {
+		return strings.Contains(logs.String(), `"msg":"publish failed"`)
+	})
+	obs.mu.Lock()
+	require.Equal(t, map[string]int{publish.ReasonMissingExchange: 1}, obs.retried)
+	require.Equal(t, map[string]int{publish.ReasonMissingExchange: 1}, obs.dead)
+	obs.mu.Unlock()
+	require.Contains(t, logs.String(), `"reason":"`+publish.ReasonMissingExchange+`"`)
 }

@@ -60,6 +60,7 @@
 // A Config.Observer (package metrics has one) is told what the relay does:
 // each claim with its duration and size, each batch's published events
 // with their lag and the batch's publish time, the events retried and
-// dead-lettered by Reason, those released, and the gate's state. Relay.Live
+// dead-lettered by reason (publish.Reason, which the "publish failed" log
+// lines carry too), those released, and the gate's state. Relay.Live
 // tells a liveness probe whether the loops run.
 package relay

@@ -47,6 +47,9 @@ type options struct {
 	notify   notify.Config
 	noListen bool
 	noGate   bool // producers always notify, as with a schema from before the gate
+	// gateTTL is the gate's TTL (notify.NewGate's ttl); 0 means its
+	// default, 2s.
+	gateTTL time.Duration
 }
 
 // running is a relay started by start; stop shuts it down and returns Run's
@@ -101,7 +104,7 @@ func (e *env) start(t *testing.T, o options) *running {
 		listener = l
 	}
 	if !o.noGate {
-		gate, err := notify.NewGate(relayPool, "outbox", pgx.Identifier{"outbox"}, pgx.Identifier{"outbox_wakeup"}, 0)
+		gate, err := notify.NewGate(relayPool, "outbox", pgx.Identifier{"outbox"}, pgx.Identifier{"outbox_wakeup"}, o.gateTTL)
 		require.NoError(t, err)
 		o.relay.Gate = gate
 	}

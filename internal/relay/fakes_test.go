@@ -225,6 +225,15 @@ func (l *fakeListener) handOff(t *testing.T) {
 	}
 }
 
+// awaitIdle waits until the relay's worker takes a wake-up that is not
+// counted in Signals, which it drops as covered: the worker is back
+// waiting, done with whatever pass the wake-ups before started. It needs a
+// relay of one worker.
+func (l *fakeListener) awaitIdle(t *testing.T) {
+	t.Helper()
+	l.handOff(t)
+}
+
 // dispatcher is a relay running on fakes and a fake clock.
 type dispatcher struct {
 	clock    *testkit.Clock

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/internal/relay"
@@ -16,9 +17,19 @@ import (
 // These tests run the relay with its fallback poll an hour away: an event
 // that arrives within the test's deadline was found by a notification or by
 // the claim that follows the gate's opening, never by the poll.
+//
+// The gate is the advisory lock a busy relay holds, which the current
+// trigger tries in its WHEN clause; the gate sequence is only for triggers
+// of earlier versions. So the tests look at the lock (pg_locks) and at what
+// the trigger does, and the busy relay's gate has a TTL longer than any
+// test: a lock the relay failed to release would outlive the test instead
+// of expiring unseen after the default 2 s.
 
-// gateValue is the gate sequence's raw value: 0 when a relay opened it.
-const gateValueSQL = `SELECT pg_sequence_last_value('outbox_wakeup')`
+// gateTTL outlasts every test here.
+const gateTTL = 10 * time.Minute
+
+// insertAfter is the event a test inserts once the gate should be open.
+const insertAfter = `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'after', '{}')`
 
 // burst inserts 20 events every 5ms (about 4,000 a second) until stop is
 // called, which returns how many it inserted.
@@ -54,9 +65,12 @@ func burst(t *testing.T, e *env) (stop func() int) {
 }
 
 func busyRelay() options {
-	return options{relay: relay.Config{PollInterval: time.Hour, BusyRate: 200}}
+	return options{relay: relay.Config{PollInterval: time.Hour, BusyRate: 200}, gateTTL: gateTTL}
 }
 
+// A busy relay closes the gate, the trigger's WHEN clause then skips the
+// trigger, and once the producers stop the idle relay releases the lock
+// and the trigger runs again, for the relay's listener.
 func TestBusyRelayClosesTheGateAndReopensItWhenIdle(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -64,11 +78,12 @@ func TestBusyRelayClosesTheGateAndReopensItWhenIdle(t *testing.T) {
 	stop := burst(t, e)
 	defer stop()
 	waitGateClosed(t, e)
-	n := stop()
-	testkit.WaitFor(t, 30*time.Second, "the idle relay to open the gate", func() bool {
-		return testkit.QueryInt(t, e.pool, gateValueSQL) == 0
+	require.EqualValues(t, 0, testkit.TriggerCalls(t, e.pool, insertAfter), "the trigger ran through the closed gate")
+	n := stop() + 1
+	testkit.WaitFor(t, 30*time.Second, "the idle relay to release the gate's lock", func() bool {
+		return gateLockHeldOrAsked(t, e) == 0
 	})
-	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'after', '{}')`)
+	require.EqualValues(t, 1, testkit.TriggerCalls(t, e.pool, insertAfter), "the trigger stayed silent once the gate opened")
 
 	seen := testkit.Counter{}
 	seen.Add(e.queue.Receive(t, n+1, 60*time.Second))
@@ -115,7 +130,10 @@ func TestSilentProducerCommittingAfterTheGateOpensIsNotLeftForThePoll(t *testing
 }
 
 // A relay shutting down with the gate closed opens it, so the relays that
-// stay are woken by notifications again.
+// stay are woken by notifications again. The producers keep inserting
+// while it stops, so it stops busy, the gate closed, rather than going
+// idle first and opening the gate as any idle relay does; and by the time
+// Run has returned the gate's lock must be gone, not left to its TTL.
 func TestStoppingBusyRelayLeavesTheGateOpen(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -124,12 +142,24 @@ func TestStoppingBusyRelayLeavesTheGateOpen(t *testing.T) {
 	defer stop()
 	waitGateClosed(t, e)
 	require.NoError(t, busy.stop(t))
-	require.EqualValues(t, 0, testkit.QueryInt(t, e.pool, gateValueSQL), "the stopped relay left the gate closed")
+	require.Zero(t, gateLockHeldOrAsked(t, e), "the stopped relay left the gate's lock held (or asked for)")
 	n := stop()
 
-	// A relay that is never busy relies on notifications alone.
+	// A relay that stays listens: with its listen lock held (here by the
+	// test, as its listener would), the trigger runs, and notifies it.
+	conn, err := pgx.Connect(context.Background(), e.url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	testkit.ListenAsRelay(t, conn, notify.ListenLockClass, "outbox")
+	require.EqualValues(t, 1, testkit.TriggerCalls(t, e.pool, insertAfter), "the trigger stayed silent after the busy relay stopped")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = conn.WaitForNotification(ctx)
+	require.NoError(t, err, "no notification for the insert after the busy relay stopped")
+
+	// Nothing inserted while the gate was closed is lost: a relay started
+	// now publishes it all.
 	e.start(t, options{relay: relay.Config{PollInterval: time.Hour, BusyRate: 1e9}})
-	testkit.Exec(t, e.pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'after', '{}')`)
 	seen := testkit.Counter{}
 	for len(seen) < n+1 {
 		seen.Add(e.queue.Receive(t, 1, 60*time.Second))
@@ -142,4 +172,11 @@ func waitGateClosed(t *testing.T, e *env) {
 	testkit.WaitFor(t, 30*time.Second, "the busy relay to close the gate", func() bool {
 		return testkit.GateLocks(t, e.pool, notify.GateLockClass, true) == 1
 	})
+}
+
+// gateLockHeldOrAsked counts the sessions holding the gate's lock or
+// waiting for it: either silences the trigger.
+func gateLockHeldOrAsked(t *testing.T, e *env) int64 {
+	t.Helper()
+	return testkit.GateLocks(t, e.pool, notify.GateLockClass, true) + testkit.GateLocks(t, e.pool, notify.GateLockClass, false)
 }

@@ -118,8 +118,9 @@ func (r *Relay) afterFailure(ctx context.Context, lease claim.LeaseID, e claim.E
 		res, rerr := r.store.Retry(ctx, lease, []claim.Failure{f})
 		if rerr == nil && res.Dead == 1 {
 			r.stats.dead.Add(1)
-			r.obs.DeadLettered(Reason(err), 1)
-			r.log.Warn("publish failed; dead-lettered, its aggregate goes on", "err", err, "event", e.ID)
+			reason := publish.Reason(err)
+			r.obs.DeadLettered(reason, 1)
+			r.log.Warn("publish failed; dead-lettered, its aggregate goes on", "err", err, "reason", reason, "event", e.ID)
 			return errDeadLettered
 		}
 	}
