@@ -249,7 +249,7 @@ func TestPprofServesTheRelaysProfilesOnlyWhenAsked(t *testing.T) {
 	testkit.AwaitStatus(t, on, "/readyz", 200)
 	code, goroutines := testkit.HTTPStatus(t, on, "/debug/pprof/goroutine?debug=1")
 	require.Equal(t, 200, code)
-	require.Contains(t, goroutines, "outboxrelay/relay.(*Relay).Run", "the relay's own goroutines")
+	require.Contains(t, goroutines, "outboxrelay/internal/relay.(*Relay).Run", "the relay's own goroutines")
 	code, profile := testkit.HTTPStatus(t, on, "/debug/pprof/profile?seconds=1")
 	require.Equal(t, 200, code, profile)
 	require.True(t, strings.HasPrefix(profile, "\x1f\x8b"), "a gzipped CPU profile")
