@@ -48,15 +48,21 @@ func (r *Relay) advance(ctx context.Context) {
 	}
 	idle := false
 	for {
+		// Busy, the loop ticks and a kick waits in its buffer; idle, it
+		// waits for the kick alone. (Listening to kicks while busy would
+		// advance once per claim: a round trip per claim at steady rates.)
 		var tick <-chan time.Time
-		if !idle {
+		var kick <-chan struct{}
+		if idle {
+			kick = r.advanceKick
+		} else {
 			tick = r.cfg.Clock.After(r.cfg.AdvanceInterval)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
-		case <-r.advanceKick:
+		case <-kick:
 		}
 		if requeues != nil {
 			if n := requeues.Requeues(); n != requeued {
