@@ -56,9 +56,6 @@ func TestOrderedKillAndBrokerFaults(t *testing.T) {
 		if len(f.Violations) > 0 {
 			problems = append(problems, fmt.Sprintf("%s: %d first arrivals out of order or events missing: %s", tag, len(f.Violations), f.FirstViolations(20)))
 		}
-		if f.LastErrors["nacked"] == 0 {
-			problems = append(problems, tag+": no event was nacked: the full queue never rejected one")
-		}
 		if n := testkit.QueryInt(t, w.pool, `SELECT count(*) FROM outbox WHERE status = 'failed'`); n > 0 {
 			problems = append(problems, fmt.Sprintf("%s: %d events dead-lettered", tag, n))
 		}

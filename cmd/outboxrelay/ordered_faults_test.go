@@ -96,6 +96,5 @@ func TestOrderedKillAndBrokerFaults(t *testing.T) {
 	t.Logf("the relays' warnings: %v", run.Warnings())
 	require.Zero(t, len(f.Violations), "first arrivals out of order, or events missing: %s", f.FirstViolations(20))
 	require.Zero(t, f.Lost)
-	require.Positive(t, f.LastErrors["nacked"], "no event was nacked: the full queue never rejected one")
 	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'failed'`), "nothing may be dead-lettered")
 }

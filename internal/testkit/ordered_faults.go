@@ -42,9 +42,11 @@ const (
 	// ClassFull aggregates' events are routed (routing key full.<tag>) to a
 	// queue that holds at most FullQueueLength messages and rejects
 	// publishes when full (x-overflow reject-publish), so RabbitMQ nacks
-	// them; the queue is purged at random moments. A nacked event is still
-	// delivered to the other queues it was routed to, the consumer's among
-	// them, so every nack of a full aggregate's event is also a duplicate.
+	// them; once an event has been nacked (Run awaits it), the queue is
+	// purged at random moments, so that it rejects some more now and then.
+	// A nacked event is still delivered to the other queues it was routed
+	// to, the consumer's among them, so every nack of a full aggregate's
+	// event is also a duplicate.
 	ClassFull = "full"
 )
 
@@ -97,8 +99,8 @@ type OrderedRun struct {
 	Relays []*Process
 	// Committed is how many events the run committed, all of them by now.
 	Committed int
-	// Faults is how many faults struck: the missing exchange, the returns,
-	// the cut and the kill (the nacks are counted by Check).
+	// Faults is how many faults struck: the nacks, the missing exchange,
+	// the returns, the cut and the kill.
 	Faults int
 	// Ended is when the last fault ended (the exchange bound, the proxy
 	// restored or the relay killed, whichever came last), and
@@ -170,15 +172,21 @@ func (s OrderedFaults) Run(t testing.TB) *OrderedRun {
 	purged := make(chan struct{})
 	stopPurging := make(chan struct{})
 	purgeRand := rand.New(rand.NewPCG(r.Uint64(), r.Uint64()))
-	go func() {
-		defer close(purged)
-		purgeFull(conn, full, purgeRand, stopPurging)
-	}()
+	var purging atomic.Bool
+	startPurging := func() {
+		purging.Store(true)
+		go func() {
+			defer close(purged)
+			purgeFull(conn, full, purgeRand, stopPurging)
+		}()
+	}
 	var once sync.Once
 	run.close = func() {
 		once.Do(func() {
 			close(stopPurging)
-			<-purged
+			if purging.Load() {
+				<-purged
+			}
 			conn.Close() // deletes the exclusive full queue
 		})
 	}
@@ -258,6 +266,13 @@ func (s OrderedFaults) Run(t testing.TB) *OrderedRun {
 	cutFor := 200*time.Millisecond + time.Duration(r.Int64N(int64(1300*time.Millisecond)))
 	victim := r.IntN(s.Relays)
 	steps := []step{
+		// The full queue fills with the first full events and rejects the
+		// next: a nack is awaited before the purging starts, so that every
+		// run proves that nacked events are retried in order.
+		{share(0, 0.05), "full queue rejecting, purged from then on", func() {
+			run.awaitFailure(t, ClassFull, "nacked")
+			startPurging()
+		}},
 		{declareAt, "late exchange declared, unbound", func() {
 			run.awaitFailure(t, ClassLate, "exchange not found")
 			if err := ch.ExchangeDeclare(late, "topic", true, false, false, false, nil); err != nil {
