@@ -71,7 +71,10 @@ type Config struct {
 	ConnectTimeout time.Duration
 
 	// PingInterval is how often the heartbeat proves the listening
-	// connection alive. Default 30s. Only used when Pinger is set.
+	// connection alive. An interval in which the connection delivered a
+	// notification on Channel needs no heartbeat and sends none: producers
+	// that notify are not made to queue behind the heartbeat's NOTIFY.
+	// Default 30s. Only used when Pinger is set.
 	PingInterval time.Duration
 
 	// PingTimeout is how long a heartbeat may take to come back on the

@@ -5,7 +5,11 @@ package notify
 // come back on the listening connection; one that does not come back
 // within PingTimeout means the listening connection is dead (a silent
 // partition, say, which TCP keepalive may take minutes to find), and the
-// session is abandoned and reconnected.
+// session is abandoned and reconnected. A notification on Channel proves
+// the connection as well, so an interval that brought one sends no
+// heartbeat: the commit of a NOTIFY takes a lock all notifying commits
+// queue on, and producers that notify should not queue behind the
+// relay's.
 
 import (
 	"context"
@@ -27,11 +31,17 @@ import (
 func (s *session) watchdog(ctx context.Context) {
 	t := time.NewTimer(s.interval())
 	defer t.Stop()
+	heard := s.l.notified.Load()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if n := s.l.notified.Load(); n != heard && s.l.holdsLock.Load() {
+			heard = n // the connection delivered notifications: alive
+			t.Reset(s.interval())
+			continue
 		}
 		if gen, ok := s.current(); ok && !s.ping(ctx, gen) {
 			s.abandon()

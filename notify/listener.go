@@ -53,8 +53,9 @@ type Listener struct {
 	listened bool        // LISTEN succeeded before: the next success is a reconnect
 	conns    []*pgx.Conn // connections pgx may still be closing; Run awaits them
 
-	// For tests: notifications handled on Channel, and a hook called after
-	// every successful LISTEN with the backend's pid.
+	// Notifications handled on Channel (the heartbeat rests while they
+	// come), and, for tests, a hook called after every successful LISTEN
+	// with the backend's pid.
 	notified    atomic.Int64
 	onListening func(pid uint32)
 }

@@ -294,6 +294,45 @@ func TestHeartbeatReplacesSilentConnection(t *testing.T) {
 	h.awaitWake(t, "NOTIFY after reconnect")
 }
 
+func TestHeartbeatRestsWhileNotificationsArrive(t *testing.T) {
+	t.Parallel()
+	_, pool, cfg := database(t)
+	cfg.Pinger = pool
+	cfg.PingInterval = 300 * time.Millisecond
+	h := start(t, cfg)
+	h.awaitListening(t)
+	testkit.WaitFor(t, eventTimeout, "a heartbeat answered", func() bool { return h.l.pongSeq.Load() >= 1 })
+
+	// Notifications every 10 ms for about seven intervals: each interval
+	// has heard one, so none needs a heartbeat (one may be under way as
+	// they start).
+	ctx, cancel := context.WithCancel(context.Background())
+	notifying := make(chan struct{})
+	go func() {
+		defer close(notifying)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			_, _ = pool.Exec(ctx, "NOTIFY outbox")
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { cancel(); <-notifying }()
+	from := h.l.notified.Load()
+	pings := h.l.pingSeq.Load()
+	testkit.WaitFor(t, eventTimeout, "200 notifications handled", func() bool { return h.l.notified.Load() >= from+200 })
+	require.LessOrEqual(t, h.l.pingSeq.Load()-pings, uint64(2), "heartbeats sent while notifications proved the connection")
+
+	// Once they stop, the heartbeat resumes.
+	cancel()
+	<-notifying
+	pings = h.l.pingSeq.Load()
+	testkit.WaitFor(t, eventTimeout, "heartbeats again", func() bool { return h.l.pongSeq.Load() >= pings+2 })
+}
+
 func TestRetriesUntilReachable(t *testing.T) {
 	t.Parallel()
 	dbURL, pool, cfg := database(t)
