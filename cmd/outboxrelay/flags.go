@@ -44,16 +44,28 @@ func (f DatabaseFlags) poolConfig(store claim.Config, workers int) (*pgxpool.Con
 		return nil, err
 	}
 	cfg.AfterRelease = func(c *pgx.Conn) bool { return writable(c.PgConn()) }
+	cfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > poolPingIdle }
 	store.ConfigurePool(cfg)
 	return cfg, nil
 }
 
+// poolPingIdle is how long a pooled connection may have been idle and still
+// be used without a ping first. pgx's default, a second, pinged before
+// nearly every reading of the id sequence an idle relay makes once a
+// second: half its round trips at rest. A connection that broke while idle
+// for less fails its statement instead, which the loop that sent it
+// retries (on another connection: pgx drops the broken one).
+const poolPingIdle = 10 * time.Second
+
 // connect opens the relay's pool and proves the database reachable,
-// waiting while the servers that answer are all standbys.
-func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store claim.Config, workers int) (*pgxpool.Pool, error) {
+// waiting while the servers that answer are all standbys; tracer, if not nil, sees every statement of the pool.
+func (f DatabaseFlags) connect(ctx context.Context, log *slog.Logger, store claim.Config, workers int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := f.poolConfig(store, workers)
 	if err != nil {
 		return nil, err
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -36,6 +36,12 @@ type HTTPFlags struct {
 // while they are in place; the connections are checked every second.
 const tableCheckEvery = 15 * time.Second
 
+// postgresAnswersWithin is how recent an answer to one of the relay's
+// statements must be for the postgres check to pass without a ping: twice
+// the idle relay's reading of the id sequence (every second), so at rest
+// the readiness check sends nothing of its own.
+const postgresAnswersWithin = 2 * time.Second
+
 // httpShutdownTimeout bounds the endpoints' shutdown after the relay's.
 const httpShutdownTimeout = 5 * time.Second
 
@@ -53,6 +59,7 @@ type ops struct {
 // opsParts are what the readiness checks look at.
 type opsParts struct {
 	pool     *pgxpool.Pool
+	answers  *health.Answers // the pool's tracer
 	store    *claim.Store
 	listener *notify.Listener // nil with --no-listen
 	session  *pgx.ConnConfig  // the sampler's session; nil with --no-listen
@@ -88,7 +95,9 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 			return nil, err
 		}
 	}
-	checks := []health.Check{{Name: metrics.ServicePostgres, Run: p.pool.Ping}}
+	// PostgreSQL is ready while it answers the relay's own statements; a
+	// ping is sent only after postgresAnswersWithin without one.
+	checks := []health.Check{{Name: metrics.ServicePostgres, Run: p.answers.Check(postgresAnswersWithin, p.pool.Ping)}}
 	if p.listener != nil {
 		checks = append(checks, health.Check{Name: metrics.ServiceListener, Run: func(context.Context) error {
 			if !p.listener.Connected() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/outboxrelay/claim"
 	"github.com/outboxrelay/outboxrelay/internal/cli"
+	"github.com/outboxrelay/outboxrelay/internal/health"
 	"github.com/outboxrelay/outboxrelay/internal/redact"
 	"github.com/outboxrelay/outboxrelay/internal/relay"
 	"github.com/outboxrelay/outboxrelay/notify"
@@ -182,7 +183,8 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			err = nil
 		}
 	}()
-	pool, err := c.connect(ctx, log, cc, c.Workers)
+	answers := health.NewAnswers(nil)
+	pool, err := c.connect(ctx, log, cc, c.Workers, answers)
 	if err != nil {
 		return err
 	}
@@ -279,7 +281,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	rc.Logger = log
 	var r *relay.Relay
 	table, _ := cc.TableIdentifier()
-	o, err := c.newOps(opsParts{pool: pool, store: store, listener: listener, session: session, pub: pub,
+	o, err := c.newOps(opsParts{pool: pool, answers: answers, store: store, listener: listener, session: session, pub: pub,
 		ordered: cc.Ordered(), live: func() bool { return r.Live() },
 		table: table, tableName: c.Table, channel: c.Channel}, log)
 	if err != nil {

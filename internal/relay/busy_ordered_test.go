@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/relay"
 	"github.com/outboxrelay/outboxrelay/publish"
 )
 
@@ -53,10 +54,10 @@ func TestBusyOrderedRelaySparesItsPollsWhileABatchIsInFlight(t *testing.T) {
 	t.Cleanup(release) // before the relay's own cleanup waits for Run
 	d.store.next(t, "claim")
 
-	// The rate sample's timer: 50 ms, or 200 ms while the relay is idle.
+	// The rate sample's timer: 50 ms, or a second while the relay is idle.
 	sampleTimer := func() time.Duration {
 		t.Helper()
-		return d.clock.AwaitTimer(t, awaitTimeout, "the rate sample", func(l time.Duration) bool { return l <= 200*time.Millisecond })
+		return d.clock.AwaitTimer(t, awaitTimeout, "the rate sample", func(l time.Duration) bool { return l <= relay.IdleInsertsEvery })
 	}
 	sample := func() {
 		t.Helper()
@@ -66,9 +67,9 @@ func TestBusyOrderedRelaySparesItsPollsWhileABatchIsInFlight(t *testing.T) {
 	// Once the next sample's timer is set, the first one (the meter at 0)
 	// is taken.
 	sampleTimer()
-	// Ids up to 1,000 claimed within one sample (of 200 ms, the first
-	// having seen nothing): 5,000/s, far past BusyRate. The claim found no
-	// other claimable aggregate (More unset).
+	// Ids up to 1,000 claimed within one sample (of a second at most, the
+	// first having seen nothing): 1,000/s or more, far past BusyRate. The
+	// claim found no other claimable aggregate (More unset).
 	claimed <- orderedBatch(map[int64]string{1: "A", 1000: "B"})
 	d.pub.next(t)
 	sample()

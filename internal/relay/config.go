@@ -81,7 +81,7 @@ type Config struct {
 	// how far they have inserted (the id sequence's last value) and how
 	// many of their commits queue on PostgreSQL's NOTIFY lock. The relay
 	// reads the sequence every 50ms while the Gate is closed, and while it
-	// is open every 50ms after a claim and every 200ms otherwise: when the
+	// is open every 50ms after a claim and every second otherwise: when the
 	// sequence moves past the ids claimed with nothing claimed meanwhile,
 	// the notifications did not come (the trigger disabled, a notification
 	// lost), and the relay claims (and closes the Gate above BusyRate)

@@ -17,7 +17,7 @@
 // producers stop paying for NOTIFY, and claims every BusyPollInterval;
 // below half of it, it opens the gate, waits out the producers that saw it
 // closed, and claims once more, so no wake-up is lost. With Inserts, an
-// open gate reads the sequence every 200ms while nothing is claimed, and
+// open gate reads the sequence every second while nothing is claimed, and
 // claims when it moved past the ids claimed: an insert whose notification
 // never came (a lost notification, a disabled trigger) waits that long,
 // not the fallback poll.

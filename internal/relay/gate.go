@@ -59,8 +59,11 @@ const (
 const insertsTimeout = time.Second
 
 // idleInsertsEvery is how often an open gate with nothing claimed reads the
-// id sequence: once per rate window, so a reading's growth is the window's.
-const idleInsertsEvery = (rateSamples - 1) * rateSampleEvery
+// id sequence: the interval within which an insert whose notification was
+// lost is found while the relay is idle. Each reading is a round trip that
+// wakes the relay and its backend, which is most of what an idle relay
+// costs; a sample that sees the sequence move goes back to the busy pace.
+const idleInsertsEvery = time.Second
 
 // meter follows the highest id claimed: ids come from one sequence, so its
 // growth is the table's insert rate, whichever relay claimed the rows.

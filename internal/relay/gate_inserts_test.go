@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/relay"
 	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
@@ -82,7 +83,7 @@ func TestProducersQueuedOnTheNotifyLockCloseTheGateBelowBusyRate(t *testing.T) {
 
 // An open gate whose notifications do not come (the trigger disabled, a
 // notification lost) follows the id sequence all the same: with nothing
-// claimed it reads the sequence every 200 ms, claims when the sequence
+// claimed it reads the sequence every second, claims when the sequence
 // passed the ids claimed, and closes the gate while producers insert
 // 20,000/s, as it would had every insert notified. A relay that read the
 // sequence only after a claim would claim nothing here (the fallback poll
@@ -92,12 +93,12 @@ func TestAnOpenGateWithoutNotificationsFollowsTheSequence(t *testing.T) {
 	g := startGateRun(t, 100)
 	g.silent = true
 	g.awaitBatches(1, "the claim at start")
-	closed, _ := g.run(300*time.Millisecond, 0)
+	closed, _ := g.run(relay.IdleInsertsEvery+100*time.Millisecond, 0)
 	require.False(t, closed, "the gate closed with no inserts")
 	g.inserts.last.Add(5) // five inserts (25/s), whose notifications never come
-	g.run(300*time.Millisecond, 0)
+	g.run(relay.IdleInsertsEvery+100*time.Millisecond, 0)
 	g.awaitBatches(2, "a claim once the sequence moved")
-	closed, _ = g.run(time.Second, 20_000)
+	closed, _ = g.run(relay.IdleInsertsEvery+100*time.Millisecond, 20_000)
 	require.True(t, closed, "the gate stayed open while producers inserted 20,000/s without notifying")
 }
 
@@ -113,20 +114,20 @@ func TestInsertsSeenWhileClaimingAreClaimedWithoutNotifications(t *testing.T) {
 	g := startGateRunAt(t, 100, 5)
 	g.silent = true
 	g.awaitBatches(1, "the claim at start")
-	g.run(300*time.Millisecond, 0)
+	g.run(relay.IdleInsertsEvery+100*time.Millisecond, 0)
 	g.awaitBatches(2, "a claim for the four inserts left")
 }
 
 // The first reading of the id sequence is where it stands: a table that
 // has seen a million inserts before the relay started does not read as a
-// million inserts in the first 200 ms, and a trickle of events leaves the
+// million inserts in the first second, and a trickle of events leaves the
 // gate open.
 func TestTheSequencesHistoryIsNoBurst(t *testing.T) {
 	t.Parallel()
 	g := startGateRun(t, 100)
 	g.inserts.last.Store(1_000_000)
 	g.silent = true // the relay waits, idle, for its first notification
-	closed, _ := g.run(300*time.Millisecond, 0)
+	closed, _ := g.run(relay.IdleInsertsEvery+100*time.Millisecond, 0)
 	require.False(t, closed)
 	g.silent = false
 	closed, _ = g.run(time.Second, 10)
@@ -219,7 +220,7 @@ func (g *gateRun) awaitBatches(n int64, what string) {
 }
 
 // run advances the clock by total, step by step of the gate's own timer
-// (the 50 ms rate sample while open, 200 ms while open and idle, the 2 ms
+// (the 50 ms rate sample while open, a second while open and idle, the 2 ms
 // busy poll while closed).
 // Producers insert perSecond meanwhile; while the gate is open, each step
 // brings a notification, as the trigger would send, unless silent. It
@@ -228,7 +229,7 @@ func (g *gateRun) awaitBatches(n int64, what string) {
 func (g *gateRun) run(total time.Duration, perSecond int64) (closed, reopened bool) {
 	t, d := g.t, g.d
 	for elapsed := time.Duration(0); elapsed < total; {
-		left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= 200*time.Millisecond })
+		left := d.clock.AwaitTimer(t, awaitTimeout, "the gate's timer", func(l time.Duration) bool { return l <= relay.IdleInsertsEvery })
 		g.owed += float64(perSecond) * left.Seconds()
 		whole := int64(g.owed)
 		g.inserts.last.Add(whole)

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/relay"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
 	"github.com/outboxrelay/outboxrelay/publish"
 )
 
@@ -21,14 +23,14 @@ func (f *fakeFloor) Unsettled() bool                  { return false }
 func (f *fakeFloor) ParkedDue() (time.Duration, bool) { return 0, false }
 func (f *fakeFloor) Rescan()                          {}
 
-// shortTimers is the relay's pending timers under a second: its loops'
-// ticks, without the fallback poll and the minute's summary.
+// shortTimers is the relay's pending timers up to the idle sample's: its
+// loops' ticks, without the fallback poll and the minute's summary.
 func shortTimers(d *dispatcher) []time.Duration {
-	return slices.DeleteFunc(d.clock.Pending(), func(l time.Duration) bool { return l >= time.Second })
+	return slices.DeleteFunc(d.clock.Pending(), func(l time.Duration) bool { return l > relay.IdleInsertsEvery })
 }
 
 // An idle relay keeps one short timer: the gate's sample of the id
-// sequence every 200 ms (the interval within which a lost notification is
+// sequence every second (the interval within which a lost notification is
 // found). The floor's advance loop, which ticks every 50 ms while the relay
 // claims, waits without a timer until a claim takes rows; then it ticks
 // again, and so does the gate's rate sample.
@@ -37,6 +39,9 @@ func TestIdleRelayKeepsOneShortTimerUntilAClaim(t *testing.T) {
 	d := newDispatcher(t)
 	floor := &fakeFloor{}
 	d.cfg.Floor, d.cfg.Gate = floor, &fakeGate{closes: make(chan struct{}, 10)}
+	// The advance loop's tick, apart from the gate's 50 ms sample.
+	const tick = 30 * time.Millisecond
+	d.cfg.AdvanceInterval = tick
 	batches := make(chan claim.Batch, 1)
 	d.store.claim = func(context.Context) (claim.Batch, error) {
 		select {
@@ -61,31 +66,37 @@ func TestIdleRelayKeepsOneShortTimerUntilAClaim(t *testing.T) {
 		}
 	}()
 
-	// Both loops start at their busy pace; their first ticks find nothing
-	// moved. Two seconds of the clock settle them.
-	for elapsed := time.Duration(0); elapsed < 2*time.Second; {
-		l := d.clock.AwaitTimer(t, awaitTimeout, "a loop's tick", func(l time.Duration) bool { return l < time.Second })
+	// Both loops start at their busy pace. The advance loop's first tick
+	// advances the floor (nothing was seen before); its second finds
+	// nothing moved, and the loop waits for a kick, with no timer.
+	d.clock.Advance(d.clock.AwaitTimer(t, awaitTimeout, "the advance loop's first tick", func(l time.Duration) bool { return l == tick }))
+	testkit.WaitFor(t, awaitTimeout, "the first advance", func() bool { return floor.advances.Load() == 1 })
+	d.clock.Advance(d.clock.AwaitTimer(t, awaitTimeout, "the advance loop's second tick", func(l time.Duration) bool { return l == tick }))
+	// The gate's samples find nothing moved and slow down to the idle
+	// sample.
+	for {
+		l := d.clock.AwaitTimer(t, awaitTimeout, "the gate's sample", func(l time.Duration) bool { return l <= relay.IdleInsertsEvery })
+		if l == relay.IdleInsertsEvery {
+			break
+		}
 		d.clock.Advance(l)
-		elapsed += l
 	}
-	// Idle: the gate samples every 200 ms, and no other timer falls due
+	// Idle: the gate samples every second, and no other timer falls due
 	// before (advanceTo fails if one does); the floor is left alone.
-	d.awaitTimer(t, "the idle sample", 200*time.Millisecond)
-	idleAdvances := floor.advances.Load()
 	for range 5 {
-		d.advanceTo(t, "the idle sample", 200*time.Millisecond)
-		d.awaitTimer(t, "the next idle sample", 200*time.Millisecond)
+		d.advanceTo(t, "the idle sample", relay.IdleInsertsEvery)
+		d.awaitTimer(t, "the next idle sample", relay.IdleInsertsEvery)
 	}
-	require.Equal(t, []time.Duration{200 * time.Millisecond}, shortTimers(d), "idle: the gate's sample alone")
-	require.Equal(t, idleAdvances, floor.advances.Load(), "no advance while idle")
+	require.Equal(t, []time.Duration{relay.IdleInsertsEvery}, shortTimers(d), "idle: the gate's sample alone")
+	require.Equal(t, int32(1), floor.advances.Load(), "no advance while idle")
 
 	// A notification brings a claim that takes rows: the floor advances at
 	// once, without waiting for a tick, and ticks again.
 	batches <- testBatch(time.Minute, 41, 42)
 	d.listener.notify(t)
-	d.clock.AwaitTimer(t, awaitTimeout, "the advance loop's tick", func(l time.Duration) bool { return l == 50*time.Millisecond })
-	require.Greater(t, floor.advances.Load(), idleAdvances, "advanced on the claim")
+	testkit.WaitFor(t, awaitTimeout, "an advance on the claim", func() bool { return floor.advances.Load() == 2 })
+	d.clock.AwaitTimer(t, awaitTimeout, "the advance loop's tick", func(l time.Duration) bool { return l == tick })
 	// The gate's next sample sees the claim and samples at 50 ms again.
-	d.clock.Advance(d.clock.AwaitTimer(t, awaitTimeout, "the idle sample", func(l time.Duration) bool { return l > 50*time.Millisecond && l <= 200*time.Millisecond }))
+	d.clock.Advance(d.clock.AwaitTimer(t, awaitTimeout, "the idle sample", func(l time.Duration) bool { return l > tick && l <= relay.IdleInsertsEvery }))
 	d.clock.AwaitTimer(t, awaitTimeout, "the busy sample", func(l time.Duration) bool { return l == 50*time.Millisecond })
 }

@@ -1,0 +1,4 @@
+package relay
+
+// IdleInsertsEvery is idleInsertsEvery, for the tests of package relay_test.
+const IdleInsertsEvery = idleInsertsEvery
