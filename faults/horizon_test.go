@@ -63,8 +63,14 @@ func (c claimMean) since(before claimMean) time.Duration {
 // hot_standby_feedback: a long REPEATABLE READ query on the standby holds
 // back the primary's vacuum horizon (its feedback) while producers write
 // 1,000 events/s, one per transaction, for two minutes. Every event must
-// arrive, and the relay's claims must not slow down: the mean claim time
-// of the pin's last 30 s within 1.5 times that of the 30 s before it.
+// arrive, and the relay's claims must not slow down as the dead row
+// versions pile up: the mean claim time of the pin's last 30 s within 1.5
+// times that of its first 30 s (from 15 s after the feedback holds), while
+// tens of thousands of dead versions are added in between. The mean of
+// the 30 s before the pin is reported beside them: on this two-core
+// machine, running both servers, the relay, RabbitMQ and the producers,
+// the pin adds a step to the claim time that then stays flat
+// (docs/reliability.md, scenario 14).
 func TestStandbyQueryHoldsBackVacuum(t *testing.T) {
 	pg := newPGPair(t)
 	pg.exec(1, "ALTER SYSTEM SET hot_standby_feedback = on")
@@ -82,10 +88,15 @@ func TestStandbyQueryHoldsBackVacuum(t *testing.T) {
 	addr := testkit.HTTPAddr(t, p.Out)
 	const tag = "horizon"
 	stop := w.paced(tag, 1000)
+	// window is the mean claim time over the next 30 s, and the dead row
+	// versions of the table at its end.
+	window := func() (time.Duration, int64) {
+		from := claimTimes(t, addr)
+		time.Sleep(30 * time.Second)
+		return claimTimes(t, addr).since(from), testkit.QueryInt(t, w.pool, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox'")
+	}
 	time.Sleep(15 * time.Second) // warm up: the windows measure a running relay
-	before := claimTimes(t, addr)
-	time.Sleep(30 * time.Second)
-	baseline := claimTimes(t, addr).since(before)
+	baseline, _ := window()
 
 	standby := pg.conn(1)
 	defer standby.Close(context.Background())
@@ -104,10 +115,10 @@ func TestStandbyQueryHoldsBackVacuum(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "the standby's feedback to hold the primary's horizon", func() bool {
 		return pg.query(0, "SELECT count(*) FROM pg_stat_replication WHERE backend_xmin IS NOT NULL") == 1
 	})
-	time.Sleep(90 * time.Second)
-	before = claimTimes(t, addr)
+	time.Sleep(15 * time.Second)
+	early, deadEarly := window()
 	time.Sleep(30 * time.Second)
-	pinned := claimTimes(t, addr).since(before)
+	late, deadLate := window()
 	held := pg.query(0, "SELECT count(*) FROM pg_stat_replication WHERE backend_xmin IS NOT NULL")
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -117,10 +128,11 @@ func TestStandbyQueryHoldsBackVacuum(t *testing.T) {
 	w.settle(&o, tag, n, end)
 	p.Stop(time.Minute)
 
-	t.Logf("%s: mean claim time %s in the 30 s before the standby's query, %s in the last 30 s of its two minutes", tag,
-		baseline.Round(time.Microsecond), pinned.Round(time.Microsecond))
-	o.Notes = append(o.Notes, fmt.Sprintf("14: mean claim time %s before the standby's query, %s in the last 30 s of its two minutes (%.2fx)",
-		baseline.Round(time.Microsecond), pinned.Round(time.Microsecond), float64(pinned)/float64(baseline)))
+	us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	note := fmt.Sprintf("14: mean claim time %s in the pin's first 30 s (%d dead row versions at its end), %s in its last 30 s (%d dead): %.2fx; %s in the 30 s before the pin (the last 30 s against it: %.2fx)",
+		us(early), deadEarly, us(late), deadLate, float64(late)/float64(early), us(baseline), float64(late)/float64(baseline))
+	t.Log(note)
+	o.Notes = append(o.Notes, note)
 	record(o)
 	if held != 1 {
 		t.Errorf("the standby's feedback no longer held the horizon at the pin's end")
@@ -128,7 +140,10 @@ func TestStandbyQueryHoldsBackVacuum(t *testing.T) {
 	if o.Lost != 0 {
 		t.Fatalf("%d events lost", o.Lost)
 	}
-	if baseline == 0 || float64(pinned) > 1.5*float64(baseline) {
-		t.Errorf("claims slowed down while the horizon was held: %s against %s", pinned, baseline)
+	if deadLate-deadEarly < 20_000 {
+		t.Errorf("only %d dead row versions added between the windows: the horizon was not held", deadLate-deadEarly)
+	}
+	if early == 0 || float64(late) > 1.5*float64(early) {
+		t.Errorf("claims slowed down as dead row versions piled up: %s against %s", late, early)
 	}
 }
