@@ -44,7 +44,12 @@ func TestPasswordsNeverReachTheLogs(t *testing.T) {
 	testkit.WaitFor(t, 60*time.Second, "the relay to reconnect to RabbitMQ", func() bool {
 		return strings.Contains(p.Out.String(), `"msg":"reconnected"`)
 	})
-	// Reconnect to PostgreSQL: the listener's backend is terminated.
+	// Reconnect to PostgreSQL: the listener's backend is terminated, once
+	// it has connected (a backend terminated during the first connect
+	// makes that connect fail, not a reconnect).
+	testkit.WaitFor(t, 60*time.Second, "the listener to connect", func() bool {
+		return strings.Contains(p.Out.String(), `"msg":"listener connected"`)
+	})
 	testkit.Exec(t, pool, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = $1 AND datname = current_database()`, notify.ApplicationName)
 	testkit.WaitFor(t, 60*time.Second, "the listener to reconnect", func() bool {
