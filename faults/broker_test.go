@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,9 +109,35 @@ func TestSlowBroker(t *testing.T) {
 // gate's, which holds no lock on a row (notify.GateApplicationName).
 func watchBlockedRelay(t *testing.T, w *world, p *testkit.Process, tag string, over <-chan time.Time) {
 	t.Helper()
+	// RabbitMQ blocks a connection when it publishes during the alarm, and
+	// the stream may be over by then (raising the alarm takes two
+	// rabbitmqctl calls, then RabbitMQ's own memory check; the relay keeps
+	// pace with the stream): a probe event of another type is written every
+	// 100 ms until the relay says it is blocked.
+	probing := make(chan struct{})
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-probing:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, _ = w.pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+				VALUES ('order', 'probe', $1, '{}')`, tag+"-probe")
+			cancel()
+		}
+	}()
+	stopProbing := sync.OnceFunc(func() { close(probing); <-probed })
+	defer stopProbing()
 	testkit.WaitFor(t, 30*time.Second, "the relay to see its connection blocked", func() bool {
 		return strings.Contains(p.Out.String(), "connection blocked by broker")
 	})
+	stopProbing()
 	// Operators see it: the relay is not ready, and says why.
 	addr := testkit.HTTPAddr(t, p.Out)
 	testkit.AwaitMetrics(t, addr, 10*time.Second, "outboxrelay_broker_blocked", func(m testkit.Metrics) bool {
