@@ -9,10 +9,18 @@ import (
 	"time"
 )
 
-// horizonSlack is how much longer than its windows the horizon workload's
-// record lasts at its rate: the producers run until the last window ends,
-// and the moments between windows (readings, the pin) add to the windows.
-const horizonSlack = time.Minute
+// The horizon workload's record lasts longer than its windows at its rate:
+// the producers run until the last window ends, and the moments between
+// windows add to the windows: horizonSlack in all (the pin, the first
+// readings), and horizonBetween after each window, whose readings (the
+// pending rows, which walk the dead index entries, the dead tuples, the
+// pin's check) took up to 10 s a window 30 minutes into a pin at
+// 1,000/s. With a minute in all, that run's producers ran out of events
+// in its 39th pinned window of 40.
+const (
+	horizonSlack   = time.Minute
+	horizonBetween = 15 * time.Second
+)
 
 // errProducersDone is how the horizon workload's windows learn that the
 // producers stopped before they were told to.
@@ -68,7 +76,8 @@ func (r *runner) horizonRun(ctx context.Context) (_ []Result, err error) {
 	}
 	defer stopSystem(sys, &err)
 
-	size := int(float64(cfg.HorizonRate) * (cfg.horizonSpan() + horizonSlack).Seconds())
+	nWindows := cfg.HorizonBefore + cfg.horizonPinnedWindows() + cfg.HorizonAfter
+	size := int(float64(cfg.HorizonRate) * (cfg.horizonSpan() + horizonSlack + time.Duration(nWindows)*horizonBetween).Seconds())
 	rec := r.newShapedRecord(size, cfg.HorizonAggregates)
 	prodCtx, cancelProducers := context.WithCancel(ctx)
 	stop := make(chan struct{})
