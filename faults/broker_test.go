@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -112,27 +111,9 @@ func watchBlockedRelay(t *testing.T, w *world, p *testkit.Process, tag string, o
 	// RabbitMQ blocks a connection when it publishes during the alarm, and
 	// the stream may be over by then (raising the alarm takes two
 	// rabbitmqctl calls, then RabbitMQ's own memory check; the relay keeps
-	// pace with the stream): a probe event of another type is written every
-	// 100 ms until the relay says it is blocked.
-	probing := make(chan struct{})
-	probed := make(chan struct{})
-	go func() {
-		defer close(probed)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-probing:
-				return
-			case <-tick.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, _ = w.pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-				VALUES ('order', 'probe', $1, '{}')`, tag+"-probe")
-			cancel()
-		}
-	}()
-	stopProbing := sync.OnceFunc(func() { close(probing); <-probed })
+	// pace with the stream): probe events of another type are written, ten a
+	// second, until the relay says it is blocked.
+	stopProbing := w.paced(tag+"-probe", 10) // stopping twice is harmless
 	defer stopProbing()
 	testkit.WaitFor(t, 30*time.Second, "the relay to see its connection blocked", func() bool {
 		return strings.Contains(p.Out.String(), "connection blocked by broker")

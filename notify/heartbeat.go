@@ -40,10 +40,7 @@ func (s *session) watchdog(ctx context.Context) {
 		}
 		if n := s.l.notified.Load(); n != heard && s.l.holdsLock.Load() {
 			heard = n // the connection delivered notifications: alive
-			t.Reset(s.interval())
-			continue
-		}
-		if gen, ok := s.current(); ok && !s.ping(ctx, gen) {
+		} else if gen, ok := s.current(); ok && !s.ping(ctx, gen) {
 			s.abandon()
 			return
 		}
