@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -187,6 +188,18 @@ func newPool(t *testing.T, databaseURL string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// openSQL opens a database/sql handle on databaseURL through pgx's stdlib
+// driver, closed when the test ends.
+func openSQL(t *testing.T, databaseURL string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		t.Fatalf("database/sql: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // execSQL runs sql on pool and fails the test on error.

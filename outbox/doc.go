@@ -8,16 +8,21 @@
 //	...
 //	defer tx.Rollback(ctx)
 //	// ... the business write ...
-//	err = outbox.Writer{}.Write(ctx, tx, outbox.Event{
+//	ids, err := outbox.Writer{}.Write(ctx, tx, outbox.Event{
 //		AggregateType: "order", AggregateID: "42", EventType: "created",
 //		Payload: order,
 //	})
 //	...
 //	err = tx.Commit(ctx)
 //
-// Write takes a pgx.Tx, WriteSQL a database/sql *sql.Tx (any PostgreSQL
-// driver, e.g. github.com/jackc/pgx/v5/stdlib). Both insert any number of
-// events in one statement, one round trip, in the order given.
+// Write takes a pgx.Tx (or anything with pgx's Exec: a connection, a pool,
+// a wrapper), WriteSQL a database/sql *sql.Tx (or anything with
+// ExecContext), with any PostgreSQL driver (e.g.
+// github.com/jackc/pgx/v5/stdlib). Both insert any number of events in one
+// statement, one round trip, in the order given, and return their ids: the
+// AMQP message ids the relay publishes them with, the caller's (Event.ID)
+// or generated ones. Event.NotBefore schedules an event: the relay
+// publishes it at that time, not before.
 //
 // # Validation
 //
@@ -44,7 +49,8 @@
 // # Trace context
 //
 // When ctx carries a valid OpenTelemetry span context, Write adds it to each
-// event's headers through the global propagator (otel.GetTextMapPropagator),
+// event's headers through Writer.Propagator or, by default, the global
+// propagator (otel.GetTextMapPropagator),
 // so consumers can continue the producer's trace. While the application has
 // set no propagator (otel's default injects nothing), W3C Trace Context is
 // used, so traceparent (and tracestate, when there is one) are written out of
@@ -56,16 +62,17 @@
 //
 // The package is a Go module of its own, github.com/outboxrelay/outboxrelay/outbox,
 // apart from the relay's: an application that writes events depends on pgx,
-// database/sql and the OpenTelemetry API (not its SDK) and on nothing of the
-// relay. Its exported API is a compatibility promise. Releases are tagged
-// outbox/vX.Y.Z in the relay's repository (the Go convention for a module in
-// a subdirectory), versioned apart from the relay with semantic versions: a
-// change that would break code written against an earlier release comes only
-// with a new major version.
+// database/sql, github.com/google/uuid and the OpenTelemetry API (not its
+// SDK), and on nothing of the relay. Its exported API is a compatibility
+// promise. Releases are tagged outbox/vX.Y.Z in the relay's repository (the
+// Go convention for a module in a subdirectory), versioned apart from the
+// relay with semantic versions: a change that would break code written
+// against an earlier release comes only with a new major version.
 //
 // It needs Go 1.23 or later (the go line of its go.mod, which pgx v5.7.6
-// requires; its own code needs 1.22), github.com/jackc/pgx/v5 v5.7.6 and
-// go.opentelemetry.io/otel v1.31.0 (with otel/trace). These are minimums:
+// requires; its own code needs 1.22), github.com/jackc/pgx/v5 v5.7.6,
+// github.com/google/uuid v1.6.0 and go.opentelemetry.io/otel v1.31.0 (with
+// otel/trace). These are minimums:
 // an application that requires newer versions gets them, and should where its
 // Go allows (pgx v5.9.2 and later carry security fixes and need Go 1.25).
 package outbox

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
+
+	"github.com/google/uuid"
 )
 
 // ErrInvalidEvent is wrapped by every error about an event that is refused
@@ -23,6 +26,14 @@ const maxShortString = 255
 // Event is one outbox row: a domain event written in the caller's
 // transaction and published by the relay once the transaction commits.
 type Event struct {
+	// ID is the event's id (optional), the AMQP message id the relay
+	// publishes it with and consumers deduplicate on: a UUID in any form
+	// uuid.Parse reads, stored and returned in its canonical form. Empty:
+	// Write generates a version 7 UUID (time-ordered). Two events of one
+	// call may not share an ID; the table does not make IDs unique across
+	// calls (a retried request that writes its event again under the same
+	// ID is deduplicated by consumers, as any redelivery is).
+	ID string
 	// AggregateType (e.g. "order") and EventType (e.g. "created") make the
 	// default routing key "<AggregateType>.<EventType>"; EventType is the
 	// AMQP type property. AggregateID (e.g. "42") is sent as the
@@ -41,20 +52,31 @@ type Event struct {
 	Exchange string
 	// RoutingKey overrides "<AggregateType>.<EventType>" (optional).
 	RoutingKey string
+	// NotBefore is when the event falls due (optional): the relay does not
+	// publish it before this time, and publishes it within milliseconds
+	// after it. The zero time, or a time past: as soon as the transaction
+	// commits. Until the relay attempts it, Writer.Cancel deletes it.
+	NotBefore time.Time
 }
 
 // row is an event encoded for the insert: text columns and the JSON of its
 // payload and headers (headers nil for SQL NULL).
 type row struct {
+	eventID                               string // canonical UUID
 	aggregateType, aggregateID, eventType string
 	payload                               []byte
 	headers                               []byte // nil: no headers
 	exchange, routingKey                  string // "": NULL
+	notBefore                             string // timestamptz text; "": NULL
 }
 
 // encode validates e and encodes it; trace holds the trace context headers
-// to add (nil for none).
+// to add (nil for none). An event without an ID gets a new one.
 func (e Event) encode(trace map[string]string) (row, error) {
+	id, err := eventID(e.ID)
+	if err != nil {
+		return row{}, fieldError("ID", err.Error())
+	}
 	for _, f := range []struct{ name, value string }{
 		{"AggregateType", e.AggregateType},
 		{"AggregateID", e.AggregateID},
@@ -94,7 +116,12 @@ func (e Event) encode(trace map[string]string) (row, error) {
 	if err != nil {
 		return row{}, fieldError("Headers", err.Error())
 	}
+	var notBefore string
+	if !e.NotBefore.IsZero() {
+		notBefore = e.NotBefore.Format(time.RFC3339Nano)
+	}
 	return row{
+		eventID:       id,
 		aggregateType: e.AggregateType,
 		aggregateID:   e.AggregateID,
 		eventType:     e.EventType,
@@ -102,7 +129,29 @@ func (e Event) encode(trace map[string]string) (row, error) {
 		headers:       headers,
 		exchange:      e.Exchange,
 		routingKey:    e.RoutingKey,
+		notBefore:     notBefore,
 	}, nil
+}
+
+// eventID returns the canonical form of the caller's id, or a new version 7
+// UUID when it is empty. Version 7 ids grow with time, so the indexes
+// consumers keep on them (an inbox's) take them in order.
+func eventID(s string) (string, error) {
+	if s == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return "", fmt.Errorf("generate: %w", err)
+		}
+		return id.String(), nil
+	}
+	id, err := uuid.Parse(s)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%.64q is not a UUID", s)
+	case id == uuid.Nil:
+		return "", errors.New("the nil UUID")
+	}
+	return id.String(), nil
 }
 
 // Validate reports why the event would be refused by Write, wrapping

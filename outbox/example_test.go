@@ -38,13 +38,14 @@ func ExampleWriter_Write() {
 			order.ID, order.Customer, order.Total); err != nil {
 			return err
 		}
-		return outbox.Writer{}.Write(ctx, tx, outbox.Event{
+		_, err := outbox.Writer{}.Write(ctx, tx, outbox.Event{
 			AggregateType: "order",
 			AggregateID:   fmt.Sprint(order.ID),
 			EventType:     "created",
 			Payload:       order,
 			Headers:       map[string]any{"tenant": "acme"},
 		})
+		return err
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -76,7 +77,7 @@ func ExampleWriter_WriteSQL() {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer, total) VALUES ($1, $2, $3)`, 7, "grace", 12.0); err != nil {
 			return err
 		}
-		if err := (outbox.Writer{}).WriteSQL(ctx, tx, outbox.Event{
+		if _, err := (outbox.Writer{}).WriteSQL(ctx, tx, outbox.Event{
 			AggregateType: "order", AggregateID: "7", EventType: "created",
 			Payload:    Order{ID: 7, Customer: "grace", Total: 12},
 			RoutingKey: "orders.new", // instead of order.created
@@ -118,7 +119,7 @@ func Example_rollback() {
 		fmt.Println(err)
 		return
 	}
-	err = outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: Order{ID: 1}})
+	_, err = outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: Order{ID: 1}})
 	fmt.Println("written:", err)
 	fmt.Println("rolled back:", tx.Rollback(ctx))
 
@@ -154,10 +155,11 @@ func Example_batch() {
 		{AggregateType: "invoice", AggregateID: "9", EventType: "sent", Payload: []byte(`{"invoice": 9}`), Exchange: "billing"},
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := (outbox.Writer{}).Write(ctx, tx, append(events, outbox.Event{AggregateType: "order", EventType: "shipped"})...); err != nil {
+		if _, err := (outbox.Writer{}).Write(ctx, tx, append(events, outbox.Event{AggregateType: "order", EventType: "shipped"})...); err != nil {
 			fmt.Println(err)
 		}
-		return outbox.Writer{}.Write(ctx, tx, events...)
+		_, err := outbox.Writer{}.Write(ctx, tx, events...)
+		return err
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -169,6 +171,51 @@ func Example_batch() {
 	// 1 order 42 created {"id": 42, "total": 99.5, "customer": "ada"} <nil>
 	// 2 order 42 paid {"id": 42, "method": "card"} <nil>
 	// 3 invoice 9 sent {"invoice": 9} <nil>
+}
+
+// An event can carry an id of the application's choosing (here the order's
+// own UUID, so a consumer can link the message to the order) and a time
+// before which the relay does not publish it: a reminder a day later.
+// Write returns the ids of what it wrote, generated where none was given.
+func Example_scheduledWithIDs() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	orderUUID := "3F2504E0-4F89-41D3-9A0C-0305E82C3301"
+	var ids []string
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		ids, err = outbox.Writer{}.Write(ctx, tx,
+			outbox.Event{ID: orderUUID, AggregateType: "order", AggregateID: "42", EventType: "created", Payload: Order{ID: 42}},
+			outbox.Event{AggregateType: "order", AggregateID: "42", EventType: "payment-reminder", Payload: Order{ID: 42},
+				NotBefore: time.Now().Add(24 * time.Hour)},
+		)
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("the order's event:", ids[0])
+	var generated string
+	var dueIn float64 // seconds
+	if err := pool.QueryRow(ctx, `SELECT event_id::text, extract(epoch FROM available_at - now())::float8 FROM outbox WHERE event_type = 'payment-reminder'`).
+		Scan(&generated, &dueIn); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("the reminder's id is the one returned:", generated == ids[1])
+	fmt.Println("the reminder falls due in about a day:", (time.Duration(dueIn) * time.Second).Round(time.Hour))
+	// Output:
+	// the order's event: 3f2504e0-4f89-41d3-9a0c-0305e82c3301
+	// the reminder's id is the one returned: true
+	// the reminder falls due in about a day: 24h0m0s
 }
 
 // printOutbox prints the outbox's rows in id order.

@@ -3,6 +3,7 @@ module github.com/outboxrelay/outboxrelay/outbox
 go 1.23.0
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.7.6
 	go.opentelemetry.io/otel v1.31.0
 	go.opentelemetry.io/otel/trace v1.31.0

@@ -25,10 +25,12 @@ const (
 	relayPath   = "github.com/outboxrelay/outboxrelay"
 )
 
-// apiModules are the modules the library may require: pgx and the
-// OpenTelemetry API (not its SDK, exporters or bridges).
+// apiModules are the modules the library may require: pgx, the
+// OpenTelemetry API (not its SDK, exporters or bridges) and google/uuid
+// (event ids; it requires nothing).
 var apiModules = map[string]bool{
 	"github.com/jackc/pgx/v5":         true,
+	"github.com/google/uuid":          true,
 	"go.opentelemetry.io/otel":        true,
 	"go.opentelemetry.io/otel/trace":  true,
 	"go.opentelemetry.io/otel/metric": true,
@@ -141,18 +143,18 @@ func newModule(t *testing.T, goMod string, main []byte) string {
 	return dir
 }
 
-// The library's go.mod requires pgx and the OpenTelemetry API, and
-// nothing else but what they need: neither its code nor its tests import
+// The library's go.mod requires pgx, google/uuid and the OpenTelemetry
+// API, and nothing else but what they need: neither its code nor its tests import
 // anything more (an assertion module for the tests would be in every
 // application's graph).
-func TestLibraryRequiresOnlyPgxAndTheOpenTelemetryAPI(t *testing.T) {
+func TestLibraryRequiresOnlyPgxUUIDAndTheOpenTelemetryAPI(t *testing.T) {
 	t.Parallel()
 	g := newGoTool(t)
 	lib := g.modFile("go.mod")
 	equal(t, "module path", lib.Module.Path, libraryPath)
 	for _, r := range lib.Require {
 		if !r.Indirect && !apiModules[r.Path] {
-			t.Errorf("go.mod requires %s %s directly; the library may import pgx and the OpenTelemetry API only", r.Path, r.Version)
+			t.Errorf("go.mod requires %s %s directly; the library may import pgx, google/uuid and the OpenTelemetry API only", r.Path, r.Version)
 		}
 	}
 }

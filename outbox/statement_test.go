@@ -24,7 +24,7 @@ func TestStatementQuotesIdentifiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `INSERT INTO "my ""app"""."events" ("entity""; DROP TABLE x; --", "aggregate_id", "event_type", "payload", "headers", "exchange", "routing_key")`
+	want := `INSERT INTO "my ""app"""."events" ("event_id", "entity""; DROP TABLE x; --", "aggregate_id", "event_type", "payload", "headers", "exchange", "routing_key", "available_at")`
 	if !strings.Contains(s, want) {
 		t.Fatalf("statement:\n%s\nwant it to contain:\n%s", s, want)
 	}

@@ -11,16 +11,19 @@ import (
 const headerTraceparent = "traceparent"
 
 // traceHeaders returns the headers that carry ctx's span context, or nil
-// when ctx has no valid span context. They come from the global propagator;
-// while none is set (otel's default propagates nothing), from W3C Trace
-// Context, so traceparent and tracestate are written out of the box.
-func traceHeaders(ctx context.Context) map[string]string {
+// when ctx has no valid span context. They come from p; when p is nil, from
+// the global propagator, or, while none is set (otel's default propagates
+// nothing), from W3C Trace Context, so traceparent and tracestate are
+// written out of the box.
+func traceHeaders(ctx context.Context, p propagation.TextMapPropagator) map[string]string {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
 	}
-	p := otel.GetTextMapPropagator()
-	if len(p.Fields()) == 0 {
-		p = propagation.TraceContext{}
+	if p == nil {
+		p = otel.GetTextMapPropagator()
+		if len(p.Fields()) == 0 {
+			p = propagation.TraceContext{}
+		}
 	}
 	carrier := propagation.MapCarrier{}
 	p.Inject(ctx, carrier)

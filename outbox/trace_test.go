@@ -37,7 +37,10 @@ func traceparentOf(sc trace.SpanContext) string {
 func writeAndReadHeaders(t *testing.T, ctx context.Context, events ...outbox.Event) []map[string]any {
 	t.Helper()
 	_, pool := newOutbox(t)
-	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Writer{}.Write(ctx, tx, events...) }), "Write")
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := outbox.Writer{}.Write(ctx, tx, events...)
+		return err
+	}), "Write")
 	rows, err := pool.Query(ctx, "SELECT headers FROM outbox ORDER BY id")
 	must(t, err, "select the headers")
 	headers, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
@@ -84,9 +87,10 @@ func TestWriteWithoutSpanAddsNothing(t *testing.T) {
 	_, pool := newOutbox(t)
 	for _, c := range []context.Context{ctx, noop} {
 		must(t, pgx.BeginFunc(c, pool, func(tx pgx.Tx) error {
-			return outbox.Writer{}.Write(c, tx,
+			_, err := outbox.Writer{}.Write(c, tx,
 				outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1},
 				outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: 1, Headers: map[string]any{"a": "b"}})
+			return err
 		}), "Write")
 	}
 	equal(t, "events without headers", queryInt(t, pool, "SELECT count(*) FROM outbox WHERE headers IS NULL"), 2)
@@ -137,4 +141,40 @@ func TestWriteUsesTheGlobalPropagator(t *testing.T) {
 
 	headers := writeAndReadHeaders(t, ctx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: json.RawMessage(`{}`)})
 	equal(t, "headers", headers, []map[string]any{{"traceparent": traceparentOf(sc), "baggage": "tenant=acme"}})
+}
+
+// Writer.Propagator replaces the global one: a propagator of its own (here
+// baggage only) writes what it propagates, and one that propagates nothing
+// turns the trace context off, while the global propagator (otel's
+// default, which the fallback turns into W3C Trace Context) would write a
+// traceparent.
+func TestWriterPropagatorOverridesTheGlobalOne(t *testing.T) {
+	t.Parallel()
+	member, err := baggage.NewMember("tenant", "acme")
+	must(t, err, "baggage member")
+	bag, err := baggage.New(member)
+	must(t, err, "baggage")
+	sc := spanContext(trace.TraceID{0x11, 0x22}, trace.SpanID{0x33})
+	ctx := trace.ContextWithSpanContext(baggage.ContextWithBaggage(testContext(t), bag), sc)
+	_, pool := newOutbox(t)
+	e := outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1}
+	for _, w := range []outbox.Writer{
+		{},
+		{Propagator: propagation.Baggage{}},
+		{Propagator: propagation.NewCompositeTextMapPropagator()},
+	} {
+		must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := w.Write(ctx, tx, e)
+			return err
+		}), "Write")
+	}
+	rows, err := pool.Query(ctx, "SELECT headers FROM outbox ORDER BY id")
+	must(t, err, "select the headers")
+	headers, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+	must(t, err, "read the headers")
+	equal(t, "headers", headers, []map[string]any{
+		{"traceparent": traceparentOf(sc)},
+		{"baggage": "tenant=acme"},
+		nil,
+	})
 }

@@ -87,7 +87,8 @@ func TestWriteIsOneStatement(t *testing.T) {
 	tx, err := conn.Begin(ctx)
 	must(t, err, "begin")
 	before := counter.n.Load()
-	must(t, outbox.Writer{}.Write(ctx, tx, events...), "Write")
+	_, err = outbox.Writer{}.Write(ctx, tx, events...)
+	must(t, err, "Write")
 	equal(t, "statements sent by Write", counter.n.Load()-before, 1)
 	if stmt := counter.sql.Load().(string); !strings.HasPrefix(stmt, `INSERT INTO "outbox"`) {
 		t.Fatalf("Write sent %q, want an INSERT INTO \"outbox\"", stmt)
@@ -118,14 +119,16 @@ func TestWriteAndWriteSQLStoreEveryField(t *testing.T) {
 	}
 
 	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return outbox.Writer{}.Write(ctx, tx, events...)
+		_, err := outbox.Writer{}.Write(ctx, tx, events...)
+		return err
 	}), "Write")
 	db, err := sql.Open("pgx", url)
 	must(t, err, "open database/sql")
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	must(t, err, "begin")
-	must(t, outbox.Writer{}.WriteSQL(ctx, tx, events...), "WriteSQL")
+	_, err = outbox.Writer{}.WriteSQL(ctx, tx, events...)
+	must(t, err, "WriteSQL")
 	must(t, tx.Commit(), "commit")
 
 	rows := readRows(t, pool, "outbox", outboxCols)
@@ -147,7 +150,8 @@ func TestRolledBackWriteLeavesNothing(t *testing.T) {
 	_, pool := newOutbox(t)
 	tx, err := pool.Begin(ctx)
 	must(t, err, "begin")
-	must(t, outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1}), "Write")
+	_, err = outbox.Writer{}.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: 1})
+	must(t, err, "Write")
 	must(t, tx.Rollback(ctx), "roll back")
 	equal(t, "events", queryInt(t, pool, "SELECT count(*) FROM outbox"), 0)
 }
@@ -156,7 +160,11 @@ func TestWriteNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	_, pool := newOutbox(t)
-	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Writer{}.Write(ctx, tx) }), "Write")
+	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		ids, err := outbox.Writer{}.Write(ctx, tx)
+		equal(t, "ids of no events", len(ids), 0)
+		return err
+	}), "Write")
 	equal(t, "events", queryInt(t, pool, "SELECT count(*) FROM outbox"), 0)
 }
 
@@ -204,7 +212,8 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 			tx, err := pool.Begin(ctx)
 			must(t, err, "begin")
 			defer tx.Rollback(ctx)
-			err = outbox.Writer{}.Write(ctx, tx, good, good, bad, good)
+			ids, err := outbox.Writer{}.Write(ctx, tx, good, good, bad, good)
+			equal(t, "ids of a refused call", len(ids), 0)
 			refused(t, "Write", err, outbox.ErrInvalidEvent, "outbox: invalid event: event 2: "+tc.want)
 			var one int
 			must(t, tx.QueryRow(ctx, "SELECT count(*) + 1 FROM outbox").Scan(&one), "the transaction is still usable")
@@ -213,7 +222,7 @@ func TestWriteRefusesInvalidEvents(t *testing.T) {
 			sqlTx, err := db.BeginTx(ctx, nil)
 			must(t, err, "begin database/sql")
 			defer sqlTx.Rollback()
-			err = outbox.Writer{}.WriteSQL(ctx, sqlTx, bad)
+			_, err = outbox.Writer{}.WriteSQL(ctx, sqlTx, bad)
 			refused(t, "WriteSQL", err, outbox.ErrInvalidEvent, "event 0: "+tc.want)
 		})
 	}
@@ -227,7 +236,8 @@ func TestWriterRefusesBadTableNames(t *testing.T) {
 	_, pool := newOutbox(t)
 	for _, table := range []string{"a.b.c", ".outbox", "public.", "bad\x00name"} {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return outbox.Writer{Table: table}.Write(ctx, tx, outbox.Event{AggregateType: "a", AggregateID: "1", EventType: "e", Payload: 1})
+			_, err := outbox.Writer{Table: table}.Write(ctx, tx, outbox.Event{AggregateType: "a", AggregateID: "1", EventType: "e", Payload: 1})
+			return err
 		})
 		if err == nil || !strings.Contains(err.Error(), "outbox: Writer.Table") {
 			t.Fatalf("table %q: got %v, want an error about Writer.Table", table, err)
@@ -250,7 +260,8 @@ func TestWriteToSchemaQualifiedTable(t *testing.T) {
 
 	w := outbox.Writer{Table: schema + ".Events"}
 	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return w.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: "x"})
+		_, err := w.Write(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: "x"})
+		return err
 	}), "Write")
 	equal(t, "rows", readRows(t, pool, table, outboxCols),
 		[]storedRow{{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: `"x"`}})
@@ -279,21 +290,29 @@ func TestWriteToDropInTable(t *testing.T) {
 		"-f", "../sql/outboxrelay_install.sql").CombinedOutput()
 	must(t, err, "psql -f ../sql/outboxrelay_install.sql:\n"+string(out))
 
-	w := outbox.Writer{Table: "public.app_events", Columns: outbox.Columns{
+	w := outbox.Writer{Table: "public.app_events", Columns: outbox.Columns{EventID: "uid",
 		AggregateType: "entity_type", AggregateID: "entity_id", EventType: "kind", Payload: "body"}}
 	db, err := sql.Open("pgx", dbURL)
 	must(t, err, "open database/sql")
 	defer db.Close()
 	tx, err := db.BeginTx(ctx, nil)
 	must(t, err, "begin")
-	must(t, w.WriteSQL(ctx, tx,
+	ids, err := w.WriteSQL(ctx, tx,
 		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: map[string]int{"id": 1}},
 		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: map[string]int{"id": 1},
-			Headers: map[string]any{"tenant": "acme"}, RoutingKey: "orders.paid"}), "WriteSQL")
+			Headers: map[string]any{"tenant": "acme"}, RoutingKey: "orders.paid"})
+	must(t, err, "WriteSQL")
 	must(t, tx.Commit(), "commit")
 	must(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return w.Write(ctx, tx, outbox.Event{AggregateType: "invoice", AggregateID: "9", EventType: "sent", Payload: nil, Exchange: "billing"})
+		more, err := w.Write(ctx, tx, outbox.Event{AggregateType: "invoice", AggregateID: "9", EventType: "sent", Payload: nil, Exchange: "billing"})
+		ids = append(ids, more...)
+		return err
 	}), "Write")
+	rows, err := pool.Query(ctx, "SELECT uid::text FROM app_events ORDER BY seq")
+	must(t, err, "select the event ids")
+	uids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	must(t, err, "read the event ids")
+	equal(t, "the ids returned are the table's event id column", ids, uids)
 
 	equal(t, "rows", readRows(t, pool, "app_events", "seq, entity_type, entity_id, kind, body::text, headers::text, exchange, routing_key"), []storedRow{
 		{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: `{"id": 1}`},

@@ -69,8 +69,9 @@ func TestRelayBehindPgBouncer(t *testing.T) {
 	seen := testkit.Counter{}
 	for i := range 20 {
 		require.NoError(t, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
-			return outbox.Writer{}.Write(ctx, tx, outbox.Event{
+			_, err := outbox.Writer{}.Write(ctx, tx, outbox.Event{
 				AggregateType: "order", AggregateID: strconv.Itoa(i), EventType: "created", Payload: map[string]int{"n": i}})
+			return err
 		}))
 		collect(t, queue, seen, len(seen)+1, 30*time.Second)
 	}

@@ -67,10 +67,11 @@ func run(databaseURL string) error {
 
 	// Committed, with pgx.
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		return w.Write(ctx, tx,
+		_, err := w.Write(ctx, tx,
 			outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "created", Payload: map[string]int{"id": 1}},
 			outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: map[string]int{"id": 1},
 				Headers: map[string]any{"tenant": "acme"}})
+		return err
 	}); err != nil {
 		return fmt.Errorf("write with pgx: %w", err)
 	}
@@ -79,7 +80,7 @@ func run(databaseURL string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.WriteSQL(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "2", EventType: "created", Payload: map[string]int{"id": 2}}); err != nil {
+	if _, err := w.WriteSQL(ctx, tx, outbox.Event{AggregateType: "order", AggregateID: "2", EventType: "created", Payload: map[string]int{"id": 2}}); err != nil {
 		return fmt.Errorf("write with database/sql: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -90,7 +91,7 @@ func run(databaseURL string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Write(ctx, ptx, outbox.Event{AggregateType: "order", AggregateID: "3", EventType: "created", Payload: 3}); err != nil {
+	if _, err := w.Write(ctx, ptx, outbox.Event{AggregateType: "order", AggregateID: "3", EventType: "created", Payload: 3}); err != nil {
 		return err
 	}
 	if err := ptx.Rollback(ctx); err != nil {
@@ -100,7 +101,7 @@ func run(databaseURL string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.WriteSQL(ctx, stx, outbox.Event{AggregateType: "order", AggregateID: "4", EventType: "created", Payload: 4}); err != nil {
+	if _, err := w.WriteSQL(ctx, stx, outbox.Event{AggregateType: "order", AggregateID: "4", EventType: "created", Payload: 4}); err != nil {
 		return err
 	}
 	if err := stx.Rollback(); err != nil {
