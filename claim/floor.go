@@ -127,13 +127,15 @@ func (s *Store) floorAndParked() (int64, []int64) {
 	return s.floor.at.Load(), slices.Collect(maps.Keys(s.floor.parked))
 }
 
-// Unsettled reports whether Advance has work left that no claim brings:
-// parked rows to reread, a sweep under way, a frontier move to finish, a
-// leased row holding the floor until it is parked.
+// Unsettled reports whether Advance has work left that no claim brings
+// and that cannot wait: a sweep under way, a frontier move to finish, a
+// leased row holding the floor until it is parked. Parked rows alone are
+// not: Advance rereads them at most every ParkedRereadEvery, and ParkedDue
+// says when the first falls due.
 func (s *Store) Unsettled() bool {
 	s.floor.mu.Lock()
 	defer s.floor.mu.Unlock()
-	return len(s.floor.parked) > 0 || s.floor.sweepTo > 0 || s.floor.round.active || s.floor.held
+	return s.floor.sweepTo > 0 || s.floor.round.active || s.floor.held
 }
 
 // Rescan starts a sweep of the pending index below the floor, for rows
@@ -177,12 +179,14 @@ func (s *Store) dueParked(limit int) []int64 {
 
 // parkRecheck is how soon a parked row that was due but not claimed is
 // looked at again: another relay may hold it, or its time may not have
-// come by the database's clock. parkCheckEvery is how often Advance
-// rereads the parked rows.
-const (
-	parkRecheck    = 100 * time.Millisecond
-	parkCheckEvery = time.Second
-)
+// come by the database's clock.
+const parkRecheck = 100 * time.Millisecond
+
+// ParkedRereadEvery is how often Advance rereads the parked rows, to
+// forget those settled by another relay and to learn the new due times of
+// those put back (retried, released): a relay with parked rows and nothing
+// else to do calls Advance this often.
+const ParkedRereadEvery = time.Second
 
 // unpark forgets parked rows a claim took. In ordered mode it keeps them:
 // a row in flight below the floor heads its aggregate as a parked one does,
@@ -252,7 +256,7 @@ func (s *Store) Advance(ctx context.Context) error {
 		}
 		return fmt.Errorf("advance: %w", err)
 	}
-	if s.now().Sub(f.lastCheck) >= parkCheckEvery {
+	if s.now().Sub(f.lastCheck) >= ParkedRereadEvery {
 		if err := s.checkParked(ctx); err != nil {
 			return fmt.Errorf("advance: %w", err)
 		}
@@ -290,6 +294,9 @@ func (s *Store) moveFrontier(ctx context.Context) error {
 	last, err := s.LastInsertID(ctx)
 	if err != nil {
 		return err
+	}
+	if last == f.frontier {
+		return nil // no id handed out since: the frontier is where it can be
 	}
 	if last < f.frontier {
 		// The sequence went back (restarted, the table emptied): ids at

@@ -14,7 +14,7 @@ type Floor interface {
 	// Advance moves the floor as far as it may go.
 	Advance(ctx context.Context) error
 	// Unsettled reports whether Advance has work left that no claim will
-	// bring (parked rows to reread, a sweep under way, a frontier to move).
+	// bring and that cannot wait (a sweep under way, a frontier to move).
 	Unsettled() bool
 	// ParkedDue is how long until the earliest parked row falls due, and
 	// whether any is parked.
@@ -34,10 +34,15 @@ type requeueSignals interface {
 // the floor has work left, asks the poll loop to wake the workers when
 // parked rows fall due, and has the floor rescanned after a requeue.
 //
-// An idle relay keeps no timer here: once an advance finds nothing moved
-// and nothing unsettled, the loop waits for a kick (kickAdvance), which a
-// claim that took rows sends, and the gate's steering sends when it sees a
-// requeue at one of its samples (every idleInsertsEvery while idle).
+// An idle relay keeps no timer here but, while rows are parked, one for
+// their reread every claim.ParkedRereadEvery: once an advance finds
+// nothing moved and nothing unsettled, the loop waits for a kick
+// (kickAdvance), which a claim sends, and the gate's steering sends when
+// it sees a requeue at one of its samples (every idleInsertsEvery while
+// idle). A claim that took rows kicks it because the floor may rise; one
+// that came back empty, so that the floor parks what it could not take,
+// with the time each falls due: a scheduled event written to an idle
+// relay wakes it at its time.
 func (r *Relay) advance(ctx context.Context) {
 	f := r.cfg.Floor
 	requeues, _ := r.listener.(requeueSignals)
@@ -49,19 +54,26 @@ func (r *Relay) advance(ctx context.Context) {
 	idle := false
 	for {
 		// Busy, the loop ticks and a kick waits in its buffer; idle, it
-		// waits for the kick alone. (Listening to kicks while busy would
-		// advance once per claim: a round trip per claim at steady rates.)
+		// waits for the kick alone, or, with rows parked, for the time
+		// to reread them. (Listening to kicks while busy would advance
+		// once per claim: a round trip per claim at steady rates.)
 		var tick <-chan time.Time
 		var kick <-chan struct{}
+		parked := false
 		if idle {
 			kick = r.advanceKick
+			if _, parked = f.ParkedDue(); parked {
+				tick = r.cfg.Clock.After(claim.ParkedRereadEvery)
+			}
 		} else {
 			tick = r.cfg.Clock.After(r.cfg.AdvanceInterval)
 		}
+		reread := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
+			reread = parked
 		case <-kick:
 		}
 		if requeues != nil {
@@ -71,8 +83,9 @@ func (r *Relay) advance(ctx context.Context) {
 			}
 		}
 		claimed := r.meter.maxID.Load()
+		look := r.lookAhead.Swap(false) // this advance covers the empty claims so far
 		idle = false
-		if claimed == seen && !f.Unsettled() {
+		if claimed == seen && !f.Unsettled() && !look && !reread {
 			idle = true // nothing moved: wait for a kick
 			continue
 		}

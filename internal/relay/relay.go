@@ -67,9 +67,14 @@ type Relay struct {
 	// advanceKick wakes an idle advance loop: a claim took rows, or the
 	// gate's steering saw a requeue (see advance).
 	advanceKick chan struct{}
-	stats       stats
-	meter       meter
-	marks       markQueue
+	// lookAhead asks an idle advance loop to advance although nothing was
+	// claimed: a claim came back empty, so the rows that woke it (if any)
+	// are not claimable yet (scheduled, or backing off) and the floor
+	// parks them with their due times (see advance).
+	lookAhead atomic.Bool
+	stats     stats
+	meter     meter
+	marks     markQueue
 	// inFlight counts the workers holding a batch; dry is whether the last
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
 	inFlight atomic.Int32
@@ -268,6 +273,8 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		r.obs.Claimed(n, r.cfg.Clock.Now().Sub(claimed))
 		r.dry.Store(!batch.More)
 		if n == 0 {
+			r.lookAhead.Store(true)
+			r.kickAdvance()
 			return
 		}
 		r.meter.observe(batch.Events[n-1].ID)

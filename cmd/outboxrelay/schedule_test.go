@@ -1,0 +1,74 @@
+package main_test
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
+	"github.com/outboxrelay/outboxrelay/outbox"
+)
+
+// TestScheduledEventsArriveWhenDueNeverBefore writes 2,000 events in one
+// transaction, due one after another over 10 s, to a relay whose fallback
+// poll is an hour away: every one arrives, none before its time, and each
+// within a few seconds of it, so the relay woke for it (the poll would have
+// come an hour later). How soon after its time an event arrives is a
+// figure of the performance page, not of this test; the test logs it.
+func TestScheduledEventsArriveWhenDueNeverBefore(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	const over = 10 * time.Second
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	p := startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
+	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
+		return strings.Contains(out, `"relay started"`)
+	})
+
+	first := time.Now().Add(2 * time.Second)
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{AggregateType: "reminder", AggregateID: strconv.Itoa(i % 50), EventType: "due",
+			Payload: i, NotBefore: first.Add(time.Duration(i) * over / n)}
+	}
+	var ids []string
+	require.NoError(t, pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		var err error
+		ids, err = outbox.Writer{}.Write(t.Context(), tx, events...)
+		return err
+	}))
+	due := make(map[string]time.Time, n)
+	for i, id := range ids {
+		due[id] = events[i].NotBefore
+	}
+
+	late := make([]time.Duration, 0, n)
+	deadline := time.NewTimer(time.Until(first.Add(over + time.Minute)))
+	defer deadline.Stop()
+	for len(late) < n {
+		select {
+		case d := <-queue.Deliveries:
+			at := time.Now()
+			when, ok := due[d.MessageId]
+			require.True(t, ok, "message %s is none of the events written", d.MessageId)
+			delete(due, d.MessageId)
+			require.False(t, at.Before(when), "event %s arrived %s before its time", d.MessageId, when.Sub(at))
+			require.Less(t, at.Sub(when), 5*time.Second, "event %s arrived long after its time: the relay did not wake for it", d.MessageId)
+			late = append(late, at.Sub(when))
+		case <-p.Done():
+			t.Fatalf("the relay exited: %v", p.Err())
+		case <-deadline.C:
+			t.Fatalf("%d of %d scheduled events arrived", len(late), n)
+		}
+	}
+	slices.Sort(late)
+	t.Logf("arrival after the event's time: p50 %s, p99 %s, max %s", late[n/2], late[n*99/100], late[n-1])
+	p.Stop(60 * time.Second)
+}
