@@ -43,7 +43,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--producer-concurrency=1,2", "--producer-duration=500ms", "--producer-pairs=2",
 		"--ordered-shapes=20x5,50x1,1x40",
 		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
-		"--scale-relays=1,2", "--drain-wait=30s")
+		"--scale-relays=1,2", "--scheduled-events=200", "--scheduled-over=2s", "--drain-wait=30s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 45 * time.Second
@@ -83,7 +83,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"idle", "relay"}: 1, {"idle", "naive"}: 1, {"idle", "ceiling"}: 1,
 		{"producer", "relay"}: 8, {"producer", "keyscan"}: 4,
 		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4,
-		{"scale", "relay"}: 2,
+		{"scale", "relay"}:     2,
+		{"scheduled", "relay"}: 1,
 	}, counts)
 
 	drain := byRow[[2]string{"drain", "relay"}]
@@ -183,6 +184,19 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		}
 	}
 	require.Equal(t, 8, ordered)
+
+	// Scheduled events arrive, none before its time, with the relay's
+	// fallback poll an hour away.
+	sched := byRow[[2]string{"scheduled", "relay"}]
+	require.EqualValues(t, 200, sched.Committed)
+	require.EqualValues(t, 200, sched.Events, "scheduled events delivered")
+	require.NotNil(t, sched.Lost)
+	require.Zero(t, *sched.Lost, "scheduled events lost")
+	require.NotNil(t, sched.Early)
+	require.Zero(t, *sched.Early, "scheduled events that arrived before their time")
+	require.NotNil(t, sched.Latency, "scheduled latency")
+	require.Less(t, sched.Latency.Max, 5000.0, "a scheduled event arrived long after its time: the relay did not wake for it")
+	require.Contains(t, stdout.String(), "scheduled 200 over 2s")
 
 	pool := testkit.NewPool(t, dbURL)
 	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema), "schema dropped")

@@ -15,13 +15,14 @@ import (
 
 // Workloads, the values of Config.Only, in the order Run runs them.
 const (
-	WorkloadDrain    = "drain"
-	WorkloadSteady   = "steady"
-	WorkloadIdle     = "idle"
-	WorkloadProducer = "producer"
-	WorkloadOrdered  = "ordered"
-	WorkloadScale    = "scale"
-	WorkloadHorizon  = "horizon"
+	WorkloadDrain     = "drain"
+	WorkloadSteady    = "steady"
+	WorkloadIdle      = "idle"
+	WorkloadProducer  = "producer"
+	WorkloadOrdered   = "ordered"
+	WorkloadScale     = "scale"
+	WorkloadScheduled = "scheduled"
+	WorkloadHorizon   = "horizon"
 )
 
 // Systems a workload runs on.
@@ -36,11 +37,11 @@ const (
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadHorizon}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadHorizon}
 
 // defaultWorkloads are those Run runs when Config.Only is empty: all but
 // horizon, which takes about 14 minutes with its defaults.
-var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale}
+var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled}
 
 // Phases of the horizon workload, the values of Result.Phase.
 const (
@@ -83,7 +84,7 @@ type Config struct {
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
 	// Only selects workloads by name (drain, steady, idle, producer,
-	// ordered, scale, horizon). They always run in that order. Default:
+	// ordered, scale, scheduled, horizon). They always run in that order. Default:
 	// all but horizon (about 14 minutes with its defaults), which runs
 	// only when named.
 	Only []string
@@ -131,6 +132,13 @@ type Config struct {
 	// ScaleRelays are the relay counts the scale workload drains
 	// DrainEvents with, side by side on one table. Default [1, 2, 3].
 	ScaleRelays []int
+	// ScheduledEvents is how many events the scheduled workload writes in
+	// one transaction, due one after another over ScheduledOver. Default
+	// 10000.
+	ScheduledEvents int
+	// ScheduledOver is the time the scheduled events fall due over.
+	// Default 60s.
+	ScheduledOver time.Duration
 	// HorizonRate is the horizon workload's commit rate, events per
 	// second, written by Producers connections throughout its windows.
 	// Default 1000.
@@ -199,6 +207,8 @@ func (c Config) withDefaults() Config {
 	if len(c.ScaleRelays) == 0 {
 		c.ScaleRelays = []int{1, 2, 3}
 	}
+	c.ScheduledEvents = cmp.Or(c.ScheduledEvents, 10000)
+	c.ScheduledOver = cmp.Or(c.ScheduledOver, time.Minute)
 	c.HorizonRate = cmp.Or(c.HorizonRate, 1000)
 	c.HorizonPinned = cmp.Or(c.HorizonPinned, 10*time.Minute)
 	c.HorizonWindow = cmp.Or(c.HorizonWindow, 45*time.Second)
@@ -265,6 +275,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: ProducerPairs %d: must be at least 1", c.ProducerPairs)
 	case c.DrainWait <= 0:
 		return fmt.Errorf("bench: DrainWait %s: must be positive", c.DrainWait)
+	case c.ScheduledEvents < 1 || c.ScheduledEvents > maxEventNumber/4:
+		return fmt.Errorf("bench: ScheduledEvents %d: must be between 1 and %d", c.ScheduledEvents, maxEventNumber/4)
+	case c.ScheduledOver <= 0:
+		return fmt.Errorf("bench: ScheduledOver %s: must be positive", c.ScheduledOver)
 	}
 	for _, rate := range c.SteadyRates {
 		if events := float64(rate) * c.SteadyDuration.Seconds(); events > maxEventNumber/4 {
@@ -354,6 +368,8 @@ func (c Config) Flags() []string {
 		"--ordered-steady-rate=" + strconv.Itoa(c.OrderedSteadyRate),
 		"--ordered-steady-aggregates=" + strconv.Itoa(c.OrderedSteadyAggregates),
 		"--scale-relays=" + joinInts(c.ScaleRelays),
+		"--scheduled-events=" + strconv.Itoa(c.ScheduledEvents),
+		"--scheduled-over=" + c.ScheduledOver.String(),
 		"--horizon-rate=" + strconv.Itoa(c.HorizonRate),
 		"--horizon-pinned=" + c.HorizonPinned.String(),
 		"--horizon-window=" + c.HorizonWindow.String(),

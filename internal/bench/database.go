@@ -192,6 +192,15 @@ func (d *database) insertBacklog(ctx context.Context, first int64, n int, p payl
 		FROM generate_series($1::bigint, $2::bigint) AS n`, first, first+int64(n)-1, p.padLen())
 }
 
+// insertScheduled writes events first … first+n-1 as pending rows in one
+// statement, event first+i due at due + i·step.
+func (d *database) insertScheduled(ctx context.Context, first int64, n int, due time.Time, step time.Duration, p payloads) error {
+	return d.exec(ctx, "insert scheduled events", `INSERT INTO `+d.table+` (event_id, aggregate_type, aggregate_id, event_type, payload, available_at)
+		SELECT `+eventIDSQL+`, '`+aggregateType+`', n::text, '`+eventType+`', jsonb_build_object('n', n, 'pad', repeat('x', $3::int)),
+			$4::timestamptz + (n - $1) * $5::bigint * interval '1 microsecond'
+		FROM generate_series($1::bigint, $2::bigint) AS n`, first, first+int64(n)-1, p.padLen(), due, step.Microseconds())
+}
+
 // insertShapedBacklog writes the events first … first+shape.total()-1 as
 // pending rows in one statement, in slot order (see Shape): event 1 of
 // every aggregate, then event 2, …, each with its seq in the payload.

@@ -1,7 +1,7 @@
 // Package bench measures outboxrelay against a naive poller and against the
 // broker's own ceiling, on a real PostgreSQL and a real RabbitMQ.
 //
-// Run drives seven workloads, each selectable through Config.Only (all but
+// Run drives eight workloads, each selectable through Config.Only (all but
 // horizon by default):
 //
 //   - drain: a backlog of Config.DrainEvents pending rows, written in one
@@ -25,6 +25,10 @@
 //   - scale: the drain's backlog delivered by each of Config.ScaleRelays
 //     relays side by side on the one table, started together; their cost
 //     is summed.
+//   - scheduled: Config.ScheduledEvents events written in one statement to
+//     a relay polling every hour, due one after another over
+//     Config.ScheduledOver; latency is due time → consumer, and arrivals
+//     before their time are counted.
 //   - horizon: Config.Producers connections write Config.HorizonRate
 //     events per second over Config.HorizonAggregates aggregates without
 //     a break, measured in windows of Config.HorizonWindow:

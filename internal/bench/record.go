@@ -16,6 +16,9 @@ func newClock() clock { return clock{base: time.Now()} }
 
 func (c clock) now() int64 { return int64(time.Since(c.base)) + 1 }
 
+// at is t as a reading of the clock.
+func (c clock) at(t time.Time) int64 { return int64(t.Sub(c.base)) + 1 }
+
 // record is the ledger of one run of one system: for the events numbered
 // base … base+len-1, when each one's INSERT committed and when the consumer
 // first received it, as clock readings (0: not yet). Slots are written with
@@ -166,6 +169,18 @@ func (r *record) latencyIn(s span) *Latency {
 		P99: millis(percentile(ds, 99)),
 		Max: millis(ds[len(ds)-1]),
 	}
+}
+
+// early is how many events arrived before their committed reading (for a
+// scheduled event, its due time).
+func (r *record) early() int64 {
+	var n int64
+	for i := range r.received {
+		if rc := atomic.LoadInt64(&r.received[i]); rc != 0 && rc < atomic.LoadInt64(&r.committed[i]) {
+			n++
+		}
+	}
+	return n
 }
 
 // percentile is the nearest-rank percentile p of sorted, non-empty xs.

@@ -25,7 +25,7 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 // the window's end.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\tclaim mean\tclaim p99≤ (ms)\tpending\tdead tuples\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tearly\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\tclaim mean\tclaim p99≤ (ms)\tpending\tdead tuples\t")
 	for _, r := range results {
 		p50, p90, p99, pmax := "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
@@ -56,8 +56,8 @@ func WriteTable(w io.Writer, results []Result) error {
 				claimP99 = num(*c.P99Bound)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Early), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss,
 			claimMean, claimP99, optional(r.Pending), optional(r.DeadTuples))
 	}
 	return tw.Flush()
@@ -156,6 +156,8 @@ func label(r Result) string {
 		return horizonLabel(r)
 	case r.Workload == WorkloadScale:
 		return r.Workload + " " + strconv.Itoa(r.Relays) + "×"
+	case r.Workload == WorkloadScheduled:
+		return r.Workload + " " + strconv.FormatInt(r.Committed, 10) + " over " + time.Duration(r.Seconds*float64(time.Second)).String()
 	case r.Workload == WorkloadOrdered && r.TargetRate > 0:
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s over " + strconv.Itoa(r.Aggregates)
 	case r.Workload == WorkloadOrdered:

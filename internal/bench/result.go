@@ -4,8 +4,8 @@ package bench
 // do not apply, or were not measured, are nil (null in JSON, "-" in the
 // table).
 type Result struct {
-	// Workload is drain, steady, idle, producer, ordered, scale or
-	// horizon.
+	// Workload is drain, steady, idle, producer, ordered, scale,
+	// scheduled or horizon.
 	Workload string `json:"workload"`
 	// System is relay, naive, ceiling or keyscan (the ordered relay).
 	System string `json:"system"`
@@ -49,7 +49,7 @@ type Result struct {
 	// producers (steady, idle) or inserted (producer).
 	Rate float64 `json:"rate"`
 	// Latency is commit → consumer over the events that arrived (steady,
-	// idle).
+	// idle), or due time → consumer (scheduled).
 	Latency *Latency `json:"latency_ms"`
 	// Lost is how many committed events never arrived within the wait;
 	// nil where the system is not waited for.
@@ -61,6 +61,9 @@ type Result struct {
 	// seq than was written (ordered workload, every system; must be 0 for
 	// keyscan); nil where order is not checked.
 	OutOfOrder *int64 `json:"out_of_order"`
+	// Early is how many events arrived before their time (scheduled
+	// workload; must be 0); nil elsewhere.
+	Early *int64 `json:"early,omitempty"`
 	// Backlog is how many rows were pending when the producers stopped
 	// (steady, idle) or when the naive drain ended.
 	Backlog *int64 `json:"backlog"`

@@ -39,6 +39,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadProducer, r.producer},
 		{WorkloadOrdered, r.ordered},
 		{WorkloadScale, r.scale},
+		{WorkloadScheduled, r.scheduled},
 		{WorkloadHorizon, r.horizon},
 	} {
 		if !cfg.runs(w.name) {
@@ -176,8 +177,8 @@ type system struct {
 // --ordering=aggregate" plus RelayArgs; it creates the ordering index as
 // it migrates), both from RelayBinary, or the naive poller
 // ("outboxrelay-bench naive-relay", from NaiveBinary).
-func (r *runner) start(name string) (*system, error) {
-	binary, command, args := r.cfg.RelayBinary, "outboxrelay", []string{"run"}
+func (r *runner) start(name string, extra ...string) (*system, error) {
+	binary, command, args := r.cfg.RelayBinary, "outboxrelay", append([]string{"run"}, extra...)
 	switch name {
 	case SystemNaive:
 		binary, command, args = r.cfg.NaiveBinary, "outboxrelay-bench", []string{"naive-relay"}
@@ -324,8 +325,8 @@ func (r *runner) awaitPending(ctx context.Context, limit time.Duration, sys *sys
 }
 
 // startMetered starts the system name and begins to meter its cost.
-func (r *runner) startMetered(ctx context.Context, name string) (*system, *costMeter, error) {
-	sys, err := r.start(name)
+func (r *runner) startMetered(ctx context.Context, name string, args ...string) (*system, *costMeter, error) {
+	sys, err := r.start(name, args...)
 	if err != nil {
 		return nil, nil, err
 	}
