@@ -98,11 +98,22 @@ func (r *Relay) advance(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("moving the claims' floor failed", "err", err)
 		}
-		if d, ok := f.ParkedDue(); ok {
-			select {
-			case r.retryDue <- d:
-			default:
-			}
+		r.wakeForParked()
+	}
+}
+
+// wakeForParked asks the poll loop to wake the workers when the earliest
+// parked row falls due. The advance loop asks after each advance, and a
+// claim after it took rows (they may have been the earliest: the next one
+// is then due sooner than the advance loop's next tick).
+func (r *Relay) wakeForParked() {
+	if r.cfg.Floor == nil {
+		return
+	}
+	if d, ok := r.cfg.Floor.ParkedDue(); ok {
+		select {
+		case r.retryDue <- d:
+		default:
 		}
 	}
 }

@@ -279,6 +279,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		}
 		r.meter.observe(batch.Events[n-1].ID)
 		r.kickAdvance()
+		r.wakeForParked()
 		if ctx.Err() != nil {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
 			return
