@@ -252,6 +252,34 @@ func TestSampleCountsThePendingRowsAboveTheFloorAndParked(t *testing.T) {
 	require.Greater(t, got.OldestPending, 59*time.Minute, "the parked row is the oldest")
 }
 
+// A scheduled event waiting for its time, parked below the floor, is
+// pending but not late: the oldest pending age leaves it out, so that a
+// reminder due tomorrow does not raise OutboxEventsDelayed.
+func TestSampleLeavesScheduledEventsOutOfTheOldestPending(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+		VALUES ('reminder', '1', 'due', '{}', now() - interval '1 hour', now() + interval '1 day')`)
+	testkit.InsertEvents(t, pool, 3)
+	publishAll(t, s)
+	advanceTo(t, s, 4)
+	require.Equal(t, 1, s.Parked(), "the scheduled row is parked")
+
+	got, err := s.Sample(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), got.Pending)
+	require.Zero(t, got.OldestPending, "nothing pending is due")
+
+	testkit.InsertEvents(t, pool, 1)
+	got, err = s.Sample(ctx, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), got.Pending)
+	require.Less(t, got.OldestPending, time.Minute, "the new event is the oldest due")
+}
+
 // Cleanup starts where it got to: rows it deleted earlier leave index
 // entries vacuum cannot remove while a long transaction may see them, and
 // the next pass reads none of them.

@@ -146,7 +146,9 @@ FROM {{.Table}} LIMIT 0;
 -- key (every pending row below the floor is parked), so the count reads
 -- none of the index entries a long transaction keeps vacuum from removing;
 -- failed rows are counted through their partial index; the oldest pending
--- event is the first parked row or else the first row above the floor;
+-- event is the first parked row or else the first row above the floor,
+-- among those due or attempted (a scheduled event waiting for its time is
+-- not late), aged from its time if it was scheduled;
 -- the planner's row count (refreshed by autovacuum and ANALYZE) stands for
 -- the whole table; and the blocked aggregates are read through the failed
 -- index only when $2 holds (the subquery is an InitPlan, evaluated only
@@ -157,10 +159,14 @@ SELECT
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Failed}}),
     (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass),
     coalesce(extract(epoch FROM clock_timestamp() - coalesce(
-        (SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
-         WHERE {{.ID}} = ANY ($4::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE ORDER BY {{.ID}} LIMIT 1),
-        (SELECT {{.CreatedAt}}::timestamptz FROM {{.Table}}
-         WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3 ORDER BY {{.ID}} LIMIT 1))), 0)::float8,
+        (SELECT CASE WHEN {{.Attempts}} = 0 THEN greatest({{.CreatedAt}}::timestamptz, {{.AvailableAt}}) ELSE {{.CreatedAt}}::timestamptz END
+         FROM {{.Table}}
+         WHERE {{.ID}} = ANY ($4::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE
+           AND ({{.Attempts}} > 0 OR {{.AvailableAt}} <= now()) ORDER BY {{.ID}} LIMIT 1),
+        (SELECT CASE WHEN {{.Attempts}} = 0 THEN greatest({{.CreatedAt}}::timestamptz, {{.AvailableAt}}) ELSE {{.CreatedAt}}::timestamptz END
+         FROM {{.Table}}
+         WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3
+           AND ({{.Attempts}} > 0 OR {{.AvailableAt}} <= now()) ORDER BY {{.ID}} LIMIT 1))), 0)::float8,
     CASE WHEN $2::bool THEN (SELECT count(*) FROM (
         SELECT DISTINCT {{key "o"}} FROM {{.Table}} AS o WHERE o.{{.Status}} = {{.Failed}}) AS blocked)
     ELSE 0 END;

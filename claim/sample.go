@@ -17,8 +17,10 @@ type Sample struct {
 	// pending and failed rows. Counting the published rows exactly would
 	// read them all.
 	Published int64
-	// OldestPending is the age of the pending event with the lowest id,
-	// from its created_at; 0 when none is pending.
+	// OldestPending is the age of the pending event with the lowest id
+	// among those due or attempted, from its created_at, or from its time
+	// if it was scheduled (Event.NotBefore of the producer library): a
+	// scheduled event is not late before its time. 0 when none is.
 	OldestPending time.Duration
 	// BlockedAggregates counts the aggregates a dead-lettered event holds
 	// back: in ordered mode under DeadLetterBlock, else 0.

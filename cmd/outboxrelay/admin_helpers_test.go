@@ -36,9 +36,9 @@ func runJSON(t *testing.T, env []string, v any, args ...string) string {
 func seedOutbox(t *testing.T, pool *pgxpool.Pool, rows [][3]string) {
 	t.Helper()
 	for i, r := range rows {
-		testkit.Exec(t, pool, `INSERT INTO outbox (status, aggregate_type, aggregate_id, event_type, payload, attempts, last_error, created_at)
+		testkit.Exec(t, pool, `INSERT INTO outbox (status, aggregate_type, aggregate_id, event_type, payload, attempts, last_error, created_at, available_at)
 			VALUES ($1, 'order', $2, $3, '{}', CASE WHEN $1 = 'failed' THEN 25 ELSE 0 END,
-				CASE WHEN $1 = 'failed' THEN 'boom ' || $3 END, now() - $4 * interval '1 minute')`,
+				CASE WHEN $1 = 'failed' THEN 'boom ' || $3 END, now() - $4 * interval '1 minute', now() - $4 * interval '1 minute')`,
 			r[0], r[1], r[2], len(rows)-1-i)
 	}
 }

@@ -21,7 +21,9 @@ type statusJSON struct {
 	Failed    int64  `json:"failed"`
 	InFlight  int64  `json:"in_flight"`
 	Retrying  int64  `json:"retrying"`
-	// OldestPendingAgeSeconds is null when nothing is pending.
+	Scheduled int64  `json:"scheduled"`
+	// OldestPendingAgeSeconds is null when no pending event is due or
+	// attempted.
 	OldestPendingAgeSeconds *float64        `json:"oldest_pending_age_seconds"`
 	FailedByEventType       []typeCountJSON `json:"failed_by_event_type"`
 	// Blocked is null unless --ordering aggregate --ordered-dead-letter block.
@@ -61,7 +63,7 @@ func (c *StatusCmd) Run(ctx context.Context, stdout io.Writer) error {
 	}
 	out := statusJSON{
 		Table: c.Table, Pending: s.Pending, Published: s.Published, Failed: s.Failed,
-		InFlight: s.InFlight, Retrying: s.Retrying,
+		InFlight: s.InFlight, Retrying: s.Retrying, Scheduled: s.Scheduled,
 	}
 	if s.OldestPending != nil {
 		secs := s.OldestPending.Seconds()
@@ -87,11 +89,11 @@ func (c *StatusCmd) Run(ctx context.Context, stdout io.Writer) error {
 func writeStatus(w io.Writer, table string, s admin.Status) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "table\t%s\n", table)
-	oldest := "none pending"
+	oldest := "none due"
 	if s.OldestPending != nil {
 		oldest = "oldest " + age(*s.OldestPending)
 	}
-	fmt.Fprintf(tw, "pending\t%d\t%s; %d in flight, %d waiting to retry\n", s.Pending, oldest, s.InFlight, s.Retrying)
+	fmt.Fprintf(tw, "pending\t%d\t%s; %d in flight, %d waiting to retry, %d scheduled\n", s.Pending, oldest, s.InFlight, s.Retrying, s.Scheduled)
 	fmt.Fprintf(tw, "published\t%d\tconfirmed, kept until cleanup (--retention; none with 0)\n", s.Published)
 	fmt.Fprintf(tw, "failed\t%d\tdead-lettered\n", s.Failed)
 	if err := tw.Flush(); err != nil {

@@ -44,7 +44,7 @@ func TestStatusCommand(t *testing.T) {
 	code, stdout, stderr := runOnce(t, env, "status", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.JSONEq(t, `{"table": "outbox", "pending": 0, "published": 0, "failed": 0, "in_flight": 0, "retrying": 0,
-		"oldest_pending_age_seconds": null, "failed_by_event_type": [], "blocked": null}`, stdout)
+		"scheduled": 0, "oldest_pending_age_seconds": null, "failed_by_event_type": [], "blocked": null}`, stdout)
 
 	seedOutbox(t, pool, [][3]string{
 		{"pending", "1", "created"}, // ten minutes old
@@ -91,7 +91,7 @@ func TestStatusCommand(t *testing.T) {
 
 	code, stdout, stderr = runOnce(t, env, "status", "--ordering=aggregate")
 	require.Equal(t, 0, code, stderr)
-	for _, want := range []string{"pending    7", "oldest 10m", "1 in flight, 2 waiting to retry", "published  3", "failed     3",
+	for _, want := range []string{"pending    7", "oldest 10m", "1 in flight, 2 waiting to retry, 0 scheduled", "published  3", "failed     3",
 		"paid        2", "Blocked aggregates: 2, 2 events waiting", "order/3"} {
 		require.Contains(t, stdout, want)
 	}

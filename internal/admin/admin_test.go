@@ -30,9 +30,9 @@ func seed(t *testing.T, pool *pgxpool.Pool, rows [][4]string) {
 	t.Helper()
 	for i, r := range rows {
 		testkit.Exec(t, pool, `INSERT INTO outbox (status, aggregate_type, aggregate_id, event_type, payload,
-				attempts, last_error, created_at)
+				attempts, last_error, created_at, available_at)
 			VALUES ($1, $2, $3, $4, '{}', CASE WHEN $1 = 'failed' THEN 25 ELSE 0 END,
-				CASE WHEN $1 = 'failed' THEN 'boom ' || $4 END, now() - $5 * interval '1 minute')`,
+				CASE WHEN $1 = 'failed' THEN 'boom ' || $4 END, now() - $5 * interval '1 minute', now() - $5 * interval '1 minute')`,
 			r[0], r[1], r[2], r[3], len(rows)-1-i)
 	}
 }
@@ -70,6 +70,27 @@ func TestStatusCountsEventsAndAgesTheOldestPending(t *testing.T) {
 	require.InDelta(t, 6*time.Minute, *s.OldestPending, float64(time.Minute))
 	require.Equal(t, []admin.EventTypeCount{{"shipped", 2}, {"created", 1}}, s.FailedByEventType)
 	require.Nil(t, s.Blocked, "blocked aggregates are an ordered mode's")
+	require.Zero(t, s.Scheduled)
+
+	// A scheduled event, written an hour ago for an hour from now, is
+	// neither retrying nor the oldest; one that fell due 2 minutes ago
+	// (written 20 minutes ago) is aged from its time.
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+		VALUES ('reminder', '1', 'due', '{}', now() - interval '1 hour', now() + interval '1 hour')`)
+	s, err = a.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), s.Pending)
+	require.Equal(t, int64(1), s.Scheduled)
+	require.Equal(t, int64(1), s.Retrying, "the scheduled event is not retrying")
+	require.InDelta(t, 6*time.Minute, *s.OldestPending, float64(time.Minute), "the scheduled event is not the oldest")
+	testkit.Exec(t, pool, `DELETE FROM outbox WHERE status = 'pending' AND aggregate_type = 'order'`)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+		VALUES ('reminder', '2', 'due', '{}', now() - interval '20 minutes', now() - interval '2 minutes')`)
+	s, err = a.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), s.Pending)
+	require.NotNil(t, s.OldestPending)
+	require.InDelta(t, 2*time.Minute, *s.OldestPending, float64(30*time.Second), "a scheduled event is late from its time")
 }
 
 // In ordered mode under the block policy an aggregate whose first pending

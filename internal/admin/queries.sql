@@ -8,16 +8,20 @@
 -- $1 pending, $2 published, $3 failed. Each status is counted on its own,
 -- so each count can read its partial index (pending, published, failed)
 -- rather than the whole table. A pending row is in flight while a live
--- lease holds it, and waits for a retry while no lease does and it is not
--- due yet.
+-- lease holds it, waits for a retry while no lease does, it was attempted
+-- and it is not due yet, and is scheduled while it was never attempted and
+-- is not due yet. The oldest pending event is among those due or
+-- attempted, aged from its time if it was scheduled.
 SELECT p.pending, (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = $2),
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = $3),
-    p.in_flight, p.retrying, p.oldest_age
+    p.in_flight, p.retrying, p.scheduled, p.oldest_age
 FROM (
     SELECT count(*) AS pending,
         count(*) FILTER (WHERE {{.LeaseID}} IS NOT NULL AND {{.AvailableAt}} > now()) AS in_flight,
-        count(*) FILTER (WHERE {{.LeaseID}} IS NULL AND {{.AvailableAt}} > now()) AS retrying,
-        extract(epoch FROM now() - min({{.CreatedAt}}::timestamptz))::float8 AS oldest_age
+        count(*) FILTER (WHERE {{.LeaseID}} IS NULL AND {{.AvailableAt}} > now() AND {{.Attempts}} > 0) AS retrying,
+        count(*) FILTER (WHERE {{.LeaseID}} IS NULL AND {{.AvailableAt}} > now() AND {{.Attempts}} = 0) AS scheduled,
+        extract(epoch FROM now() - min(CASE WHEN {{.Attempts}} = 0 THEN greatest({{.CreatedAt}}::timestamptz, {{.AvailableAt}})
+            ELSE {{.CreatedAt}}::timestamptz END) FILTER (WHERE {{.Attempts}} > 0 OR {{.AvailableAt}} <= now()))::float8 AS oldest_age
     FROM {{.Table}}
     WHERE {{.Status}} = $1) AS p;
 

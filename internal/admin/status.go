@@ -17,8 +17,10 @@ type Status struct {
 	Failed    int64 // dead-lettered
 	InFlight  int64 // pending rows a live lease holds
 	Retrying  int64 // pending rows waiting for their retry delay
-	// OldestPending is the age of the oldest pending event (by its
-	// created_at); nil when nothing is pending.
+	Scheduled int64 // pending rows never attempted, waiting for their time
+	// OldestPending is the age of the oldest pending event due or
+	// attempted (by its created_at, or its time if it was scheduled); nil
+	// when there is none.
 	OldestPending *time.Duration
 	// FailedByEventType counts dead-lettered events per event type, most
 	// first.
@@ -64,7 +66,7 @@ func (a *Admin) Status(ctx context.Context) (Status, error) {
 	var s Status
 	var age *float64
 	err := a.one(ctx, "status", func(row pgx.Row) error {
-		return row.Scan(&s.Pending, &s.Published, &s.Failed, &s.InFlight, &s.Retrying, &age)
+		return row.Scan(&s.Pending, &s.Published, &s.Failed, &s.InFlight, &s.Retrying, &s.Scheduled, &age)
 	}, st.Pending, st.Published, st.Failed)
 	if err != nil {
 		return Status{}, err

@@ -13,7 +13,7 @@ var (
 		"Rows of the outbox table by status: pending and failed counted, published estimated from the planner's row count. Exported by the sampling relay only.",
 		[]string{"status"}, nil)
 	oldestPendingDesc = prometheus.NewDesc(namespace+"_oldest_pending_age_seconds",
-		"Age of the oldest pending event (lowest id), 0 when none is pending. Exported by the sampling relay only.",
+		"Age of the oldest pending event (lowest id) that is due or was attempted; a scheduled event is aged from its time. 0 when there is none. Exported by the sampling relay only.",
 		nil, nil)
 	blockedDesc = prometheus.NewDesc(namespace+"_blocked_aggregates",
 		"Ordered mode under the block policy: aggregates whose later events wait behind a dead-lettered event. Exported by the sampling relay only.",
