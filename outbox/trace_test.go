@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
@@ -41,6 +42,13 @@ func writeAndReadHeaders(t *testing.T, ctx context.Context, events ...outbox.Eve
 		_, err := outbox.Writer{}.Write(ctx, tx, events...)
 		return err
 	}), "Write")
+	return readHeaders(t, ctx, pool)
+}
+
+// readHeaders returns the stored headers of the outbox's rows in id order,
+// decoded (nil for NULL).
+func readHeaders(t *testing.T, ctx context.Context, pool *pgxpool.Pool) []map[string]any {
+	t.Helper()
 	rows, err := pool.Query(ctx, "SELECT headers FROM outbox ORDER BY id")
 	must(t, err, "select the headers")
 	headers, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
@@ -168,11 +176,7 @@ func TestWriterPropagatorOverridesTheGlobalOne(t *testing.T) {
 			return err
 		}), "Write")
 	}
-	rows, err := pool.Query(ctx, "SELECT headers FROM outbox ORDER BY id")
-	must(t, err, "select the headers")
-	headers, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
-	must(t, err, "read the headers")
-	equal(t, "headers", headers, []map[string]any{
+	equal(t, "headers", readHeaders(t, ctx, pool), []map[string]any{
 		{"traceparent": traceparentOf(sc)},
 		{"baggage": "tenant=acme"},
 		nil,

@@ -307,6 +307,24 @@ func (d *dispatcher) awaitTimer(t *testing.T, what string, left time.Duration) {
 	d.clock.AwaitTimer(t, awaitTimeout, what, func(l time.Duration) bool { return l == left })
 }
 
+// discardCalls drains the fakes' call records for a test that does not
+// read them, until the test ends. Call it after start: its cleanup then
+// runs before the relay's own.
+func (d *dispatcher) discardCalls(t *testing.T) {
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		for {
+			select {
+			case <-d.store.calls:
+			case <-d.pub.calls:
+			case <-stop:
+				return
+			}
+		}
+	}()
+}
+
 // advanceTo moves the clock by d, first to just before it, requiring that
 // no timer falls due before d and that one does at d: whatever the relay
 // does at d, it cannot have done earlier.

@@ -55,18 +55,7 @@ func TestIdleRelayKeepsOneShortTimerUntilAClaim(t *testing.T) {
 	d.pub.publish = func(_ context.Context, msgs []publish.Message) []error { return make([]error, len(msgs)) }
 	d.start(t)
 	t.Cleanup(first)
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) }) // before the relay's own cleanup
-	go func() {                       // the fakes' call records are not what this test reads
-		for {
-			select {
-			case <-d.store.calls:
-			case <-d.pub.calls:
-			case <-stop:
-				return
-			}
-		}
-	}()
+	d.discardCalls(t) // the fakes' call records are not what this test reads
 
 	// Both loops start at their busy pace. The advance loop's first tick
 	// advances the floor (nothing was seen before); its second finds
@@ -130,18 +119,7 @@ func TestIdleFloorWithParkedRowsAdvancesOnceASecond(t *testing.T) {
 	first := holdFirstClaim(d, func() claim.Batch { return claim.Batch{} })
 	d.start(t)
 	t.Cleanup(first)
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
-	go func() {
-		for {
-			select {
-			case <-d.store.calls:
-			case <-d.pub.calls:
-			case <-stop:
-				return
-			}
-		}
-	}()
+	d.discardCalls(t)
 
 	// The first tick advances (nothing was seen before); the second finds
 	// nothing moved.
