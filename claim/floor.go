@@ -45,8 +45,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	tablewriters "github.com/outboxrelay/outboxrelay/internal/writers"
 )
 
 // Floor tuning.
@@ -237,6 +235,13 @@ var ErrNoFrontier = errors.New("no frontier")
 // takes a step of a sweep if one runs. One call runs at a time; a call
 // made while another runs returns at once. A relay calls it a few times a
 // second while it claims.
+//
+// Its one statement reads the sequence, then the table's writers, and the
+// first pending rows above the floor. Those rows are read with the
+// statement's snapshot, taken before the writers were: the floor may pass
+// them only up to the frontier known before the statement began, whose
+// writers had all ended by then. So the floor follows the frontier one
+// advance behind.
 func (s *Store) Advance(ctx context.Context) error {
 	f := &s.floor
 	if !f.mu.TryLock() {
@@ -248,7 +253,8 @@ func (s *Store) Advance(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
-	if err := s.moveFrontier(ctx); err != nil {
+	r, err := s.advanceRound(ctx)
+	if err != nil {
 		if errors.Is(err, ErrInsertsUnreadable) {
 			f.off = true
 			f.at.Store(0)
@@ -256,15 +262,17 @@ func (s *Store) Advance(ctx context.Context) error {
 		}
 		return fmt.Errorf("advance: %w", err)
 	}
+	known := f.frontier
+	if f.moveFrontier(r.last, r.writers) {
+		known = 0 // the sequence went back: the rows read are of no use
+	}
 	if s.now().Sub(f.lastCheck) >= ParkedRereadEvery {
 		if err := s.checkParked(ctx); err != nil {
 			return fmt.Errorf("advance: %w", err)
 		}
 		f.lastCheck = s.now()
 	}
-	if err := s.raiseFloor(ctx); err != nil {
-		return fmt.Errorf("advance: %w", err)
-	}
+	s.raiseFloor(r.heads, known)
 	if f.sweepTo == 0 && s.cfg.SweepInterval > 0 && s.now().Sub(f.lastSweep) >= s.cfg.SweepInterval {
 		s.startSweep()
 	}
@@ -274,81 +282,103 @@ func (s *Store) Advance(ctx context.Context) error {
 	return nil
 }
 
+// head is a pending row above the floor, as an advance reads it.
+type head struct {
+	id    int64
+	lease pgtype.Text
+	dueMS float64 // until it is due; 0 or less: due now
+	key   pgtype.Text
+}
+
+// round is what one advance's statement read.
+type round struct {
+	last    int64    // the sequence's last value
+	writers []string // the transactions writing to the table after it was read
+	heads   []head   // the first pending rows above the floor, if below the frontier known
+}
+
+// advanceRound runs the advance's statement.
+func (s *Store) advanceRound(ctx context.Context) (round, error) {
+	seq, err := s.insertSequence(ctx)
+	if err != nil {
+		return round{}, err
+	}
+	var r round
+	var ids []int64
+	var leases, keys []pgtype.Text
+	var due []float64
+	rows, err := s.db.Query(ctx, s.q.advance, s.q.table, seq, s.floor.at.Load(), s.floor.frontier, advanceRows)
+	if err == nil {
+		_, err = pgx.CollectExactlyOneRow(rows, func(cr pgx.CollectableRow) (struct{}, error) {
+			return struct{}{}, cr.Scan(&r.last, &r.writers, &ids, &leases, &due, &keys)
+		})
+	}
+	if err != nil {
+		return round{}, sequenceError(err, seq)
+	}
+	if len(leases) != len(ids) || len(due) != len(ids) || len(keys) != len(ids) {
+		return round{}, fmt.Errorf("advance: %d ids, %d leases, %d due times, %d keys", len(ids), len(leases), len(due), len(keys))
+	}
+	r.heads = make([]head, len(ids))
+	for i, id := range ids {
+		r.heads[i] = head{id: id, lease: leases[i], dueMS: due[i], key: keys[i]}
+	}
+	return r, nil
+}
+
 // moveFrontier ends the frontier's move in progress if its writers have
-// all ended, and begins the next one.
-func (s *Store) moveFrontier(ctx context.Context) error {
-	f := &s.floor
+// all ended, and begins the next one: last is the sequence's last value,
+// writing the transactions writing to the table, read after it. It reports
+// whether the sequence went back (restarted, the table emptied): ids at or
+// below the floor are handed out again, and the floor starts over.
+func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 	if f.round.active {
-		left, err := tablewriters.Of(ctx, s.db, s.q.table, f.round.writers)
-		if err != nil {
-			return err
-		}
+		// A writer of the round still writing is among those writing now.
+		left := slices.DeleteFunc(f.round.writers, func(w string) bool { return !slices.Contains(writing, w) })
 		if len(left) > 0 {
 			f.round.writers = left
-			return nil
+			return false
 		}
 		f.frontier, f.round.active = f.round.last, false
 	}
-	// The sequence first, then the writers: a transaction that took an id
-	// up to last holds the table's lock already, or has ended.
-	last, err := s.LastInsertID(ctx)
-	if err != nil {
-		return err
-	}
 	if last == f.frontier {
-		return nil // no id handed out since: the frontier is where it can be
+		return false // no id handed out since: the frontier is where it can be
 	}
 	if last < f.frontier {
-		// The sequence went back (restarted, the table emptied): ids at
-		// or below the floor are handed out again.
 		f.frontier = 0
 		f.at.Store(0)
 		clear(f.parked)
+		reset = true
 	}
-	writing, err := tablewriters.Of(ctx, s.db, s.q.table, nil)
-	if err != nil {
-		return err
-	}
+	// The sequence was read first: a transaction that took an id up to
+	// last held the table's lock already when the writers were read, or
+	// had ended.
 	if len(writing) == 0 {
 		f.frontier = last
-		return nil
+		return reset
 	}
 	f.round.active, f.round.last, f.round.writers = true, last, writing
-	return nil
+	return reset
 }
 
 // raiseFloor moves the floor past the settled rows above it and the
-// pending rows it parks, up to the frontier.
-func (s *Store) raiseFloor(ctx context.Context) error {
+// pending rows it parks, up to known: heads are the first pending rows
+// above the floor, read when every transaction that could commit an id up
+// to known had ended.
+func (s *Store) raiseFloor(heads []head, known int64) {
 	f := &s.floor
 	at := f.at.Load()
-	if at >= f.frontier {
-		return nil
-	}
-	rows, err := s.db.Query(ctx, s.q.advance, at, advanceRows)
-	if err != nil {
-		return err
-	}
-	type head struct {
-		id    int64
-		lease pgtype.Text
-		dueMS float64 // until it is due; 0 or less: due now
-		key   pgtype.Text
-	}
-	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (h head, err error) {
-		return h, r.Scan(&h.id, &h.lease, &h.dueMS, &h.key)
-	})
-	if err != nil {
-		return err
+	if at >= known {
+		return
 	}
 	now := s.now()
 	seen := map[string]time.Time{}
 	// With nothing pending up to the frontier, the floor goes there; a row
 	// that stops it keeps the floor just below it.
-	to, stopped := f.frontier, false
+	to, stopped := known, false
 	f.held = false
 	for _, h := range heads {
-		if h.id > f.frontier {
+		if h.id > known {
 			stopped = true
 			break
 		}
@@ -357,7 +387,7 @@ func (s *Store) raiseFloor(ctx context.Context) error {
 		case h.dueMS <= 0:
 			// Claimable: a claim takes it.
 		case !h.lease.Valid:
-			park = true // backing off after a failed publish
+			park = true // backing off after a failed publish, or scheduled
 		default:
 			first, ok := f.leases[h.lease.String]
 			if !ok {
@@ -386,7 +416,6 @@ func (s *Store) raiseFloor(ctx context.Context) error {
 	if to > at {
 		f.at.Store(to)
 	}
-	return nil
 }
 
 // checkParked rereads the parked rows: one settled (or gone) is forgotten,

@@ -34,13 +34,19 @@ func (s *Store) LastInsertID(ctx context.Context) (int64, error) {
 	if err == nil {
 		id, err = pgx.CollectExactlyOneRow(r, pgx.RowTo[int64])
 	}
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
-		return 0, fmt.Errorf("last insert id: %w: %v (grant SELECT on %s: sql/outboxrelay_role.sql)", ErrInsertsUnreadable, err, seq)
-	}
 	if err != nil {
-		return 0, fmt.Errorf("last insert id: %w", err)
+		return 0, fmt.Errorf("last insert id: %w", sequenceError(err, seq))
 	}
 	return id, nil
+}
+
+// sequenceError is err, or ErrInsertsUnreadable if err says the role may
+// not read the sequence seq.
+func sequenceError(err error, seq string) error {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.InsufficientPrivilege {
+		return fmt.Errorf("%w: %v (grant SELECT on %s: sql/outboxrelay_role.sql)", ErrInsertsUnreadable, err, seq)
+	}
+	return err
 }
 
 // NotifyWaiters returns how many transactions wait, at this moment, to

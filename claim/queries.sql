@@ -107,14 +107,32 @@ WITH gone AS (
 SELECT count(*), max(at) FROM gone;
 
 -- name: advance
--- $1 the floor, $2 how many. The first pending rows above the floor, in id
--- order: each one's lease, milliseconds until it is due (0 or less: due
--- now) and, in ordered mode, its aggregate (floor.go).
-SELECT {{.ID}}, {{.LeaseID}}::text, extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000, {{keyText "t"}}
-FROM {{.Table}} AS t
-WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $1
-ORDER BY {{.ID}}
-LIMIT $2;
+-- One round trip per advance (floor.go). $1 the table (regclass text), $2
+-- its id sequence (regclass text), $3 the floor, $4 the frontier known
+-- before this statement, $5 how many rows. The sequence's last value, read
+-- first; the transactions writing to the table, read after it (the
+-- subquery refers to that value, so it runs once the value is read); and,
+-- when the floor is below that frontier, the first pending rows above the
+-- floor in id order, each with its lease, milliseconds until it is due (0
+-- or less: due now) and, in ordered mode, its aggregate, as arrays.
+SELECT w.last, w.writers, h.ids, h.leases, h.due_ms, h.keys
+FROM (
+    SELECT s.last, ({{writers}} AND s.last IS NOT NULL) AS writers
+    FROM (SELECT coalesce(pg_sequence_last_value($2::regclass), 0) AS last) AS s
+) AS w, (
+    SELECT coalesce(array_agg(r.id ORDER BY r.id), '{}') AS ids,
+        coalesce(array_agg(r.lease ORDER BY r.id), '{}') AS leases,
+        coalesce(array_agg(r.due_ms ORDER BY r.id), '{}') AS due_ms,
+        coalesce(array_agg(r.key ORDER BY r.id), '{}') AS keys
+    FROM (
+        SELECT {{.ID}} AS id, {{.LeaseID}}::text AS lease,
+            extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000 AS due_ms, {{keyText "t"}} AS key
+        FROM {{.Table}} AS t
+        WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3 AND $3 < $4
+        ORDER BY {{.ID}}
+        LIMIT $5
+    ) AS r
+) AS h;
 
 -- name: parked
 -- $1 parked ids. Those still pending, with milliseconds until each is due,
@@ -145,6 +163,9 @@ FROM {{.Table}} LIMIT 0;
 -- pending index, and below it among the parked rows, through the primary
 -- key (every pending row below the floor is parked), so the count reads
 -- none of the index entries a long transaction keeps vacuum from removing;
+-- scheduled rows (never attempted, not yet due, no lease) are counted the
+-- same way, above the floor reading the pending rows there (a scheduled row
+-- the floor passed is parked);
 -- failed rows are counted through their partial index; the oldest pending
 -- event is the first parked row or else the first row above the floor,
 -- among those due or attempted (a scheduled event waiting for its time is
@@ -156,6 +177,10 @@ FROM {{.Table}} LIMIT 0;
 SELECT
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3)
         + (SELECT count(*) FROM {{.Table}} WHERE {{.ID}} = ANY ($4::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE),
+    (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $3
+        AND {{.Attempts}} = 0 AND {{.LeaseID}} IS NULL AND {{.AvailableAt}} > now())
+        + (SELECT count(*) FROM {{.Table}} WHERE {{.ID}} = ANY ($4::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE
+            AND {{.Attempts}} = 0 AND {{.LeaseID}} IS NULL AND {{.AvailableAt}} > now()),
     (SELECT count(*) FROM {{.Table}} WHERE {{.Status}} = {{.Failed}}),
     (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = $1::regclass),
     coalesce(extract(epoch FROM clock_timestamp() - coalesce(

@@ -7,6 +7,7 @@ import (
 	"text/template"
 
 	"github.com/outboxrelay/outboxrelay/internal/sqltmpl"
+	tablewriters "github.com/outboxrelay/outboxrelay/internal/writers"
 )
 
 //go:embed queries.sql
@@ -54,6 +55,8 @@ func render(cfg Config) (queries, error) {
 		}
 		return "ROW(" + funcs["key"].(func(string) string)(alias) + ")::text"
 	}
+	// writers lists the transactions writing to the table, $1.
+	funcs["writers"] = func() string { return tablewriters.Select }
 	funcs["size"] = func(alias string) string {
 		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0)",
 			alias, data["Payload"], data["Headers"])

@@ -20,13 +20,16 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// SQL lists the virtual transaction ids holding the table's ROW
-// EXCLUSIVE lock in the current database. $1 is the table (regclass text);
-// $2, if not null, keeps only the transactions it lists. pg_locks is
-// readable by every role.
-const SQL = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+// Select lists the virtual transaction ids holding the table's ROW
+// EXCLUSIVE lock in the current database, as one text array; $1 is the
+// table (regclass text), and a statement that embeds it passes the table
+// as $1. pg_locks is readable by every role.
+const Select = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
 	WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND relation = $1::regclass
-	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+	  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// SQL is Select; $2, if not null, keeps only the transactions it lists.
+const SQL = Select + `
 	  AND ($2::text[] IS NULL OR virtualtransaction = ANY ($2::text[]))`
 
 // Of returns the transactions writing to table now; with among non-nil,
