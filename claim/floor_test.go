@@ -271,12 +271,16 @@ func TestSampleLeavesScheduledEventsOutOfTheOldestPending(t *testing.T) {
 	got, err := s.Sample(ctx, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), got.Pending)
+	require.Equal(t, int64(1), got.Scheduled, "the parked row waits for its time")
 	require.Zero(t, got.OldestPending, "nothing pending is due")
 
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, available_at)
+		VALUES ('reminder', '2', 'due', '{}', now() + interval '1 day')`)
 	testkit.InsertEvents(t, pool, 1)
 	got, err = s.Sample(ctx, nil)
 	require.NoError(t, err)
-	require.Equal(t, int64(2), got.Pending)
+	require.Equal(t, int64(3), got.Pending)
+	require.Equal(t, int64(2), got.Scheduled, "one parked, one above the floor")
 	require.Less(t, got.OldestPending, time.Minute, "the new event is the oldest due")
 }
 

@@ -17,6 +17,10 @@ type Sample struct {
 	// pending and failed rows. Counting the published rows exactly would
 	// read them all.
 	Published int64
+	// Scheduled counts the pending rows waiting for their time
+	// (Event.NotBefore of the producer library): never attempted, not
+	// yet due. They are among Pending.
+	Scheduled int64
 	// OldestPending is the age of the pending event with the lowest id
 	// among those due or attempted, from its created_at, or from its time
 	// if it was scheduled (Event.NotBefore of the producer library): a
@@ -48,7 +52,7 @@ func (s *Store) Sample(ctx context.Context, db DB) (Sample, error) {
 		return Sample{}, fmt.Errorf("sample: %w", err)
 	}
 	if _, err := pgx.CollectExactlyOneRow(r, func(row pgx.CollectableRow) (struct{}, error) {
-		return struct{}{}, row.Scan(&out.Pending, &out.Failed, &rows, &oldestS, &out.BlockedAggregates)
+		return struct{}{}, row.Scan(&out.Pending, &out.Scheduled, &out.Failed, &rows, &oldestS, &out.BlockedAggregates)
 	}); err != nil {
 		return Sample{}, fmt.Errorf("sample: %w", err)
 	}

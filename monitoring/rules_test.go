@@ -84,6 +84,7 @@ func loadAlerts(t *testing.T) []rule {
 var sampledMetrics = []string{
 	"outboxrelay_outbox_events",
 	"outboxrelay_oldest_pending_age_seconds",
+	"outboxrelay_scheduled_events",
 	"outboxrelay_blocked_aggregates",
 	"outboxrelay_notification_queue_usage_ratio",
 	"outboxrelay_vacuum_horizon_age_seconds",

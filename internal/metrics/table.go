@@ -15,6 +15,9 @@ var (
 	oldestPendingDesc = prometheus.NewDesc(namespace+"_oldest_pending_age_seconds",
 		"Age of the oldest pending event (lowest id) that is due or was attempted; a scheduled event is aged from its time. 0 when there is none. Exported by the sampling relay only.",
 		nil, nil)
+	scheduledDesc = prometheus.NewDesc(namespace+"_scheduled_events",
+		"Pending events waiting for their time (scheduled by the producer, never attempted, not yet due); they are among the pending of outbox_events. Exported by the sampling relay only.",
+		nil, nil)
 	blockedDesc = prometheus.NewDesc(namespace+"_blocked_aggregates",
 		"Ordered mode under the block policy: aggregates whose later events wait behind a dead-lettered event. Exported by the sampling relay only.",
 		nil, nil)
@@ -49,6 +52,7 @@ func (c *tableCollector) clear() {
 func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- outboxEventsDesc
 	ch <- oldestPendingDesc
+	ch <- scheduledDesc
 	if c.ordered {
 		ch <- blockedDesc
 	}
@@ -69,6 +73,7 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(outboxEventsDesc, prometheus.GaugeValue, float64(v.n), v.status)
 	}
 	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, s.OldestPending.Seconds())
+	ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled))
 	if c.ordered {
 		ch <- prometheus.MustNewConstMetric(blockedDesc, prometheus.GaugeValue, float64(s.BlockedAggregates))
 	}
