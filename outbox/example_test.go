@@ -218,6 +218,44 @@ func Example_scheduledWithIDs() {
 	// the reminder falls due in about a day: 24h0m0s
 }
 
+// A cart expires in 30 minutes unless the customer checks out first: the
+// checkout cancels the expiry in its own transaction. A cancel counts 1
+// while no relay has taken the event; then it is never published.
+func ExampleWriter_Cancel() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	w := outbox.Writer{}
+	ids, err := w.Write(ctx, pool, outbox.Event{AggregateType: "cart", AggregateID: "7", EventType: "expired",
+		Payload: map[string]int{"cart": 7}, NotBefore: time.Now().Add(30 * time.Minute)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// ... the checkout's own writes ...
+		n, err := w.Cancel(ctx, tx, ids[0])
+		fmt.Println("expiry cancelled:", n == 1)
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	n, err := w.Cancel(ctx, pool, ids[0])
+	fmt.Println("cancelled again:", n, err)
+	// Output:
+	// expiry cancelled: true
+	// cancelled again: 0 <nil>
+}
+
 // printOutbox prints the outbox's rows in id order.
 func printOutbox(ctx context.Context, pool *pgxpool.Pool) {
 	rows, err := pool.Query(ctx, `SELECT id, aggregate_type, aggregate_id, event_type, payload::text, headers::text FROM outbox ORDER BY id`)

@@ -15,8 +15,8 @@ import (
 
 // Columns names the producer's columns of a table whose names differ from
 // the relay's own: the same mapping as the relay's --column-event-id,
-// --column-aggregate-type, --column-aggregate-id, --column-event-type and
-// --column-payload. The headers, exchange, routing_key and available_at
+// --column-aggregate-type, --column-aggregate-id, --column-event-type,
+// --column-payload and --column-status. The headers, exchange, routing_key and available_at
 // columns always have those names (the drop-in SQL adds them so).
 type Columns struct {
 	EventID       string // default "event_id"; uuid (or text)
@@ -24,6 +24,7 @@ type Columns struct {
 	AggregateID   string // default "aggregate_id"
 	EventType     string // default "event_type"
 	Payload       string // default "payload"; jsonb
+	Status        string // default "status"; Cancel reads it
 }
 
 // Writer writes events into the outbox table inside the caller's
@@ -43,6 +44,9 @@ type Writer struct {
 	// application has set none. To write no trace context, set one that
 	// propagates nothing: propagation.NewCompositeTextMapPropagator().
 	Propagator propagation.TextMapPropagator
+	// PendingStatus is the status column's value for a pending event, as
+	// the relay's --status-pending; default "pending". Cancel reads it.
+	PendingStatus string
 }
 
 // Execer is what Write needs of the database: pgx.Tx, *pgx.Conn and

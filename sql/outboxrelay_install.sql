@@ -11,7 +11,8 @@
 --   * the columns the relay needs that the table lacks (each commented
 --     'added by outboxrelay', so the uninstall script can find them);
 --   * a unique index on the ordering column and partial indexes on what the
---     relay claims, what its cleanup deletes and the dead letters it counts,
+--     relay claims, what its cleanup deletes, the dead letters it counts and
+--     the pending rows by event id (what the producer library's Cancel finds),
 --     unless an index with the same definition exists under any name;
 --   * the trigger function outboxrelay_notify() and a statement-level
 --     AFTER INSERT trigger that sends NOTIFY on the channel (one
@@ -215,6 +216,9 @@ BEGIN
             ('_relay_pending_idx',   false, format('(%I) WHERE %I = %L', id_col, st_col, pending)),
             ('_relay_published_idx', false, format('(published_at) WHERE %I = %L', st_col, published)),
             ('_relay_failed_idx',    false, format('(%I) WHERE %I = %L', id_col, st_col, failed)),
+            -- The pending rows by event id, for the producer library's
+            -- Cancel.
+            ('_relay_event_id_idx', false, format('(%I) WHERE %I = %L', ev_col, st_col, pending)),
             ('_relay_ordering_idx',  false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I IN (%L, %L)',
                 (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
                 id_col, st_col, pending, failed) END),

@@ -40,7 +40,7 @@ BEGIN
 
     EXECUTE format('DROP TRIGGER IF EXISTS outboxrelay_notify ON %s', rel);
     FOREACH idx IN ARRAY ARRAY['_relay_id_idx', '_relay_pending_idx', '_relay_published_idx', '_relay_failed_idx',
-                               '_relay_ordering_idx', '_relay_failed_key_idx'] LOOP
+                               '_relay_event_id_idx', '_relay_ordering_idx', '_relay_failed_key_idx'] LOOP
         EXECUTE format('DROP INDEX IF EXISTS %I.%I', sch, left(tbl, 40) || idx);
     END LOOP;
     IF to_regprocedure(format('%I.outboxrelay_notify()', sch)) IS NOT NULL

@@ -183,7 +183,7 @@ func TestMigrationsTwiceAndConcurrently(t *testing.T) {
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM outboxrelay_schema_version`))
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_tables WHERE tablename = 'outbox'`))
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_notify'`))
-	require.Equal(t, int64(4), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox'`))
+	require.Equal(t, int64(5), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox'`))
 }
 
 // SIGTERM while the relay is still connecting is the shutdown asked for:

@@ -72,3 +72,90 @@ func TestScheduledEventsArriveWhenDueNeverBefore(t *testing.T) {
 	t.Logf("arrival after the event's time: p50 %s, p99 %s, max %s", late[n/2], late[n*99/100], late[n-1])
 	p.Stop(60 * time.Second)
 }
+
+// TestCancelRacingTheDueTimeHasOneOutcome cancels scheduled events around
+// their time, while the relay publishes them at it: each one is either
+// cancelled (Cancel counted it, and it never arrives) or published (Cancel
+// counted 0, and it arrives), never both and never neither. The cancels
+// are spread from 30 ms before the time to 60 ms after it, so that both
+// outcomes occur.
+func TestCancelRacingTheDueTimeHasOneOutcome(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	p := startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
+	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
+		return strings.Contains(out, `"relay started"`)
+	})
+
+	first := time.Now().Add(2 * time.Second)
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{AggregateType: "cart", AggregateID: strconv.Itoa(i), EventType: "expired",
+			Payload: i, NotBefore: first.Add(time.Duration(i) * 10 * time.Millisecond)}
+	}
+	ids, err := outbox.Writer{}.Write(t.Context(), pool, events...)
+	require.NoError(t, err)
+
+	cancelled := make(chan string, n)
+	kept := make(chan string, n)
+	errs := make(chan error, n)
+	for i, id := range ids {
+		at := events[i].NotBefore.Add(time.Duration(i%10-3) * 10 * time.Millisecond)
+		go func() {
+			time.Sleep(time.Until(at))
+			n, err := outbox.Writer{}.Cancel(t.Context(), pool, id)
+			switch {
+			case err != nil:
+				errs <- err
+			case n == 1:
+				cancelled <- id
+			default:
+				kept <- id
+			}
+		}()
+	}
+	outcome := map[string]string{}
+	for range n {
+		select {
+		case id := <-cancelled:
+			outcome[id] = "cancelled"
+		case id := <-kept:
+			outcome[id] = "kept"
+		case err := <-errs:
+			t.Fatalf("cancel: %v", err)
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d cancels returned", len(outcome), n)
+		}
+	}
+	want := 0
+	for _, o := range outcome {
+		if o == "kept" {
+			want++
+		}
+	}
+	arrived := map[string]bool{}
+	for len(arrived) < want {
+		select {
+		case d := <-queue.Deliveries:
+			require.NotEqual(t, "cancelled", outcome[d.MessageId], "event %s arrived, though Cancel counted it", d.MessageId)
+			arrived[d.MessageId] = true
+		case <-p.Done():
+			t.Fatalf("the relay exited: %v", p.Err())
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of the %d events not cancelled arrived", len(arrived), want)
+		}
+	}
+	// The cancelled rows are gone, so nothing can publish them later; the
+	// others are all marked published.
+	testkit.WaitFor(t, 30*time.Second, "the published events' marks", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status <> 'published'`) == 0
+	})
+	require.Equal(t, int64(want), testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`))
+	t.Logf("%d cancelled, %d published", n-want, want)
+	require.NotZero(t, want, "no cancel lost the race: the test did not race")
+	require.NotEqual(t, n, want, "no cancel won the race: the test did not race")
+	p.Stop(60 * time.Second)
+}

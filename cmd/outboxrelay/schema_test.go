@@ -114,8 +114,8 @@ func TestInstallSQLAddsOnlyWhatIsMissing(t *testing.T) {
 		require.Contains(t, out, "dropped trigger outboxrelay_notify, which duplicated outbox_notify")
 		require.Equal(t, int64(1), notifyTriggers(t, pool, "outbox"))
 		require.Empty(t, duplicateIndexes(t, pool, "outbox"))
-		require.Equal(t, int64(4), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_index WHERE indrelid = 'outbox'::regclass`),
-			"the primary key and the migrations' three partial indexes")
+		require.Equal(t, int64(5), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_index WHERE indrelid = 'outbox'::regclass`),
+			"the primary key and the migrations' four partial indexes")
 	})
 }
 
