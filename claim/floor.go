@@ -75,6 +75,7 @@ type floor struct {
 	mu       sync.Mutex // Advance, and everything below
 	off      bool       // no frontier can be had: claims start at the head
 	frontier int64
+	raised   int64 // the frontier the floor was last raised up to
 	round    struct { // the frontier's move in progress
 		active  bool
 		last    int64    // the sequence's last value when it began
@@ -127,13 +128,14 @@ func (s *Store) floorAndParked() (int64, []int64) {
 
 // Unsettled reports whether Advance has work left that no claim brings
 // and that cannot wait: a sweep under way, a frontier move to finish, a
+// floor not yet raised to the frontier (it follows one advance behind), a
 // leased row holding the floor until it is parked. Parked rows alone are
 // not: Advance rereads them at most every ParkedRereadEvery, and ParkedDue
 // says when the first falls due.
 func (s *Store) Unsettled() bool {
 	s.floor.mu.Lock()
 	defer s.floor.mu.Unlock()
-	return s.floor.sweepTo > 0 || s.floor.round.active || s.floor.held
+	return s.floor.sweepTo > 0 || s.floor.round.active || s.floor.raised < s.floor.frontier || s.floor.held
 }
 
 // Rescan starts a sweep of the pending index below the floor, for rows
@@ -367,6 +369,7 @@ func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 // to known had ended.
 func (s *Store) raiseFloor(heads []head, known int64) {
 	f := &s.floor
+	f.raised = known
 	at := f.at.Load()
 	if at >= known {
 		return

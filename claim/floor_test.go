@@ -467,3 +467,22 @@ func TestClaimedParkedHeadHoldsItsAggregateWhileInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, second.Events, "the aggregate's second event was claimed while its first is in flight")
 }
+
+// The floor follows the frontier one advance behind: the advance that
+// moves the frontier leaves the store Unsettled, so that a relay advances
+// again without waiting for a claim, and the next raises the floor to it.
+func TestFloorFollowsTheFrontierOneAdvanceBehind(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.InsertEvents(t, pool, 10)
+	require.Equal(t, 10, publishAll(t, s))
+	require.NoError(t, s.Advance(ctx))
+	require.Zero(t, s.Floor(), "the rows were read before the frontier moved")
+	require.True(t, s.Unsettled(), "the floor is behind the frontier")
+	require.NoError(t, s.Advance(ctx))
+	require.Equal(t, int64(10), s.Floor())
+	require.False(t, s.Unsettled())
+}
