@@ -159,3 +159,88 @@ func TestCancelRacingTheDueTimeHasOneOutcome(t *testing.T) {
 	require.NotEqual(t, n, want, "no cancel won the race: the test did not race")
 	p.Stop(60 * time.Second)
 }
+
+// TestScheduledHeadHoldsItsAggregateBack: in ordered mode an aggregate's
+// first event, scheduled, holds back its later ones, due at once, until it
+// is published at its time; then they follow in order. Another aggregate's
+// event goes at once.
+func TestScheduledHeadHoldsItsAggregateBack(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	p := startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--ordering=aggregate")
+	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
+		return strings.Contains(out, `"relay started"`)
+	})
+
+	due := time.Now().Add(1500 * time.Millisecond)
+	ids, err := outbox.Writer{}.Write(t.Context(), pool,
+		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "reminder", Payload: 1, NotBefore: due},
+		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "shipped", Payload: 2},
+		outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "delivered", Payload: 3},
+		outbox.Event{AggregateType: "order", AggregateID: "2", EventType: "created", Payload: 4},
+	)
+	require.NoError(t, err)
+	var got []string
+	for len(got) < len(ids) {
+		select {
+		case d := <-queue.Deliveries:
+			at := time.Now()
+			if d.MessageId != ids[3] {
+				require.False(t, at.Before(due), "event %s of the held aggregate arrived %s before its head's time", d.MessageId, due.Sub(at))
+			}
+			got = append(got, d.MessageId)
+		case <-p.Done():
+			t.Fatalf("the relay exited: %v", p.Err())
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d events arrived", len(got), len(ids))
+		}
+	}
+	require.Equal(t, []string{ids[3], ids[0], ids[1], ids[2]}, got, "the other aggregate first, then the head and its followers in order")
+	p.Stop(60 * time.Second)
+}
+
+// TestEventsDueWhileTheRelayWasDownArriveAtStart: events that fell due while
+// no relay ran (it was killed before their time) are published as soon as a
+// relay starts, however late, not at its next poll (an hour away).
+func TestEventsDueWhileTheRelayWasDownArriveAtStart(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	env := relayEnv(dbURL, exchange)
+	p := startRelay(t, env, "--poll-interval=1h")
+	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
+		return strings.Contains(out, `"relay started"`)
+	})
+	first := time.Now().Add(time.Second)
+	events := make([]outbox.Event, n)
+	for i := range events {
+		events[i] = outbox.Event{AggregateType: "reminder", AggregateID: strconv.Itoa(i), EventType: "due",
+			Payload: i, NotBefore: first.Add(time.Duration(i) * time.Millisecond)}
+	}
+	_, err := outbox.Writer{}.Write(t.Context(), pool, events...)
+	require.NoError(t, err)
+	p.Kill()
+	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status <> 'pending'`), "the relay published before its kill")
+
+	// The relay is down until every event is overdue.
+	testkit.WaitFor(t, 30*time.Second, "the events to fall due", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE available_at <= now() - interval '500 milliseconds'`) == n
+	})
+	p = startRelay(t, env, "--poll-interval=1h")
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case d := <-queue.Deliveries:
+			seen[d.MessageId] = true
+		case <-p.Done():
+			t.Fatalf("the relay exited: %v", p.Err())
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d overdue events arrived", len(seen), n)
+		}
+	}
+	p.Stop(60 * time.Second)
+}
