@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/outboxrelay/outboxrelay/internal/pace"
 )
 
 // Check is one readiness condition.
@@ -88,7 +90,8 @@ func New(cfg Config) (*Monitor, error) {
 		lastRun: map[string]time.Time{}, lastErr: map[string]error{}}, nil
 }
 
-// Run checks at once and then every Interval until ctx ends; it returns
+// Run checks at once and then at every multiple of Interval on the wall
+// clock until ctx ends; it returns
 // nil then. ctx is the relay's: when it ends the relay is shutting down,
 // stopping the very parts the checks look at, so the monitor stops
 // checking and answers not ready, "shutting down", without a warning.
@@ -109,7 +112,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		m.round(ctx)
-		t.Reset(m.cfg.Interval)
+		// On the wall clock's multiples of Interval, with the relay's
+		// other loops of the same pace: one wake-up for all of them.
+		t.Reset(time.Until(pace.Next(time.Now(), m.cfg.Interval)))
 	}
 }
 

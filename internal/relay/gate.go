@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/pace"
 )
 
 // Gate switches the outbox trigger's notifications; *notify.Gate has it.
@@ -150,7 +151,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		claimed, inserted, woken int64
 		insertsOff               bool      // Inserts failed for good (no sequence)
 		readInserts              bool      // Inserts has been read once
-		lastRead                 time.Time // when Inserts was last read
+		nextRead                 time.Time // when an open, quiet gate reads Inserts next
 		// waiters holds the NOTIFY lock's waiters at the last rateSamples
 		// samples; openBelow is the rate under which a closed gate opens.
 		waiters   [rateSamples]int
@@ -163,8 +164,8 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 	}
 	// quiet is whether the last sample, with the gate open, saw nothing
 	// claimed and the sequence standing still: the relay is idle, and
-	// samples every idleInsertsEvery instead of every rateSampleEvery until
-	// a sample sees either move. The rate is the ring's growth over its
+	// samples on the wall clock's whole seconds (idleInsertsEvery) instead
+	// of every rateSampleEvery until a sample sees either move. The rate is the ring's growth over its
 	// samples' times, so the longer spacing does not bias it.
 	quiet := false
 	for {
@@ -173,7 +174,10 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		case !open:
 			wait = r.cfg.BusyPollInterval
 		case quiet:
-			wait = idleInsertsEvery
+			// On the wall clock's whole seconds, with the readiness
+			// monitor's rounds (pace.Next): one wake-up for both.
+			now := r.cfg.Clock.Now()
+			wait = pace.Next(now, idleInsertsEvery).Sub(now)
 		}
 		select {
 		case <-ctx.Done():
@@ -205,8 +209,8 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		seen := r.meter.maxID.Load()
 		active := seen != claimed // claimed something since the last sample
 		before := inserted
-		if r.cfg.Inserts != nil && !insertsOff && (!open || active || now.Sub(lastRead) >= idleInsertsEvery) {
-			lastRead = now
+		if r.cfg.Inserts != nil && !insertsOff && (!open || active || !now.Before(nextRead)) {
+			nextRead = pace.Next(now, idleInsertsEvery)
 			id, err := r.lastInsert(ctx)
 			switch {
 			case errors.Is(err, claim.ErrInsertsUnreadable):
