@@ -52,7 +52,7 @@ type RunCmd struct {
 	Workers       int           `name:"workers" env:"OUTBOX_WORKERS" default:"4" help:"Concurrent claim-publish loops."`
 	MarkDelay     time.Duration `name:"mark-delay" env:"OUTBOX_MARK_DELAY" default:"20ms" help:"How long the marks of confirmed events may wait for the next claim, which then carries them in the same round trip and commit; 0 marks each batch at once."`
 	Procs         int           `name:"procs" env:"OUTBOX_PROCS" default:"1" help:"How many OS threads run the relay's Go code at once (GOMAXPROCS); 0 leaves it to the Go runtime (GOMAXPROCS in the environment, or the CPUs available). One costs the least CPU per event: the relay mostly waits on the network, and every extra thread woken to run a goroutine is a wake-up across CPUs."`
-	PollInterval  time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%)."`
+	PollInterval  time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%; from 2s up, on the nearest whole second)."`
 	Lease         time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
 	MaxAttempts   int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
 	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`

@@ -5,11 +5,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/outboxrelay/outboxrelay/internal/pace"
 )
 
-// poll wakes the workers at start and then every PollInterval ±10%, so
-// events whose notification was lost wait at most that long. It also wakes
-// them whenever a retry this relay scheduled falls due.
+// poll wakes the workers at start and then every PollInterval ±10%, on a
+// whole second from 2 s up (nextPoll), so events whose notification was
+// lost wait at most about that long. It also wakes them whenever a retry
+// this relay scheduled falls due.
 func (r *Relay) poll(ctx context.Context) {
 	var due retrySchedule
 	retry := clockTimer{clock: r.cfg.Clock} // armed for due[0] while anything is due
@@ -21,7 +24,7 @@ func (r *Relay) poll(ctx context.Context) {
 			return
 		case <-next:
 			r.poke()
-			next = r.cfg.Clock.After(time.Duration(float64(r.cfg.PollInterval) * (0.9 + 0.2*rand.Float64())))
+			next = r.cfg.Clock.After(r.nextPoll())
 			continue
 		case <-retry.C():
 			r.poke()
@@ -34,6 +37,24 @@ func (r *Relay) poll(ctx context.Context) {
 			retry.Start(due[0].Sub(r.cfg.Clock.Now()))
 		}
 	}
+}
+
+// alignPollFrom is the shortest poll interval whose polls fall on the
+// wall clock's whole seconds.
+const alignPollFrom = 2 * time.Second
+
+// nextPoll is how long until the next fallback poll: PollInterval, give or
+// take a tenth at random, so that relays started together spread their
+// polls. From alignPollFrom up the poll falls on the nearest whole second,
+// with the idle reading of the sequence and the readiness round
+// (pace.Next): an idle relay wakes once for all of them.
+func (r *Relay) nextPoll() time.Duration {
+	d := time.Duration(float64(r.cfg.PollInterval) * (0.9 + 0.2*rand.Float64()))
+	if r.cfg.PollInterval < alignPollFrom {
+		return d
+	}
+	now := r.cfg.Clock.Now()
+	return pace.Next(now.Add(d-time.Second/2), time.Second).Sub(now)
 }
 
 // retrySchedule holds the times at which retries fall due, earliest first.
