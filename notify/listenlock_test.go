@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,13 +74,15 @@ func TestTriggerNotifiesOnlyWhileAListenerHoldsTheLock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := New(Config{ConnConfig: parseConfig(t, url), Pinger: pool})
 	require.NoError(t, err)
-	var pid uint32
-	l.onListening = func(p uint32) { pid = p }
+	var pid atomic.Uint32 // set by the listener's goroutine
+	l.onListening = func(p uint32) { pid.Store(p) }
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	testkit.WaitFor(t, eventTimeout, "the listener to hold the listen lock", l.HoldsListenLock)
-	require.Equal(t, []int64{int64(pid)}, listenLockHolders(t, pool), "the listening connection holds the lock")
+	testkit.WaitFor(t, eventTimeout, "the listener to listen, holding the listen lock", func() bool {
+		return l.HoldsListenLock() && pid.Load() != 0
+	})
+	require.Equal(t, []int64{int64(pid.Load())}, listenLockHolders(t, pool), "the listening connection holds the lock")
 	for len(l.C()) > 0 {
 		<-l.C()
 	}
