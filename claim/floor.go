@@ -75,7 +75,7 @@ type floor struct {
 	mu       sync.Mutex // Advance, and everything below
 	off      bool       // no frontier can be had: claims start at the head
 	frontier int64
-	raised   int64 // the frontier the floor was last raised up to
+	raised   int64    // the frontier the floor was last raised up to
 	round    struct { // the frontier's move in progress
 		active  bool
 		last    int64    // the sequence's last value when it began

@@ -37,12 +37,13 @@ type requeueSignals interface {
 // An idle relay keeps no timer here but, while rows are parked, one for
 // their reread every claim.ParkedRereadEvery: once an advance finds
 // nothing moved and nothing unsettled, the loop waits for a kick
-// (kickAdvance), which a claim sends, and the gate's steering sends when
-// it sees a requeue at one of its samples (every idleInsertsEvery while
-// idle). A claim that took rows kicks it because the floor may rise; one
-// that came back empty, so that the floor parks what it could not take,
-// with the time each falls due: a scheduled event written to an idle
-// relay wakes it at its time.
+// (kickAdvance), which a mark, an empty claim and the gate's steering
+// send. A mark kicks it because the floor may rise past the rows marked
+// (not their claim: until their mark they hold the floor); a claim that
+// came back empty, so that the floor parks what it could not take, with
+// the time each falls due: a scheduled event written to an idle relay
+// wakes it at its time; the steering when it sees a requeue at one of its
+// samples (every idleInsertsEvery while idle).
 func (r *Relay) advance(ctx context.Context) {
 	f := r.cfg.Floor
 	requeues, _ := r.listener.(requeueSignals)

@@ -106,10 +106,16 @@ func (r *Relay) confirm(drainCtx context.Context, c confirmed) {
 	}
 }
 
-// marked tells the observer of batches whose mark went through.
+// marked tells the observer of batches whose mark went through, and wakes
+// an idle advance loop: the floor may rise past them now. (Not at their
+// claim: until their marks their rows hold the floor, and an advance then
+// would only compete with their publishing for the CPUs.)
 func (r *Relay) marked(batches []confirmed) {
 	for _, b := range batches {
 		r.obs.Published(b.lags, b.took)
+	}
+	if len(batches) > 0 {
+		r.kickAdvance()
 	}
 }
 

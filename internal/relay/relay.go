@@ -278,7 +278,6 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			return
 		}
 		r.meter.observe(batch.Events[n-1].ID)
-		r.kickAdvance()
 		r.wakeForParked()
 		if ctx.Err() != nil {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
