@@ -132,7 +132,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 			}
 		}
 		batchMore = batchMore || r.more
-		n := len(e.Payload) + len(e.Headers)
+		n := len(e.Payload) + len(e.PayloadBytes) + len(e.Headers)
 		received += n
 		if len(events) == 0 || size+n <= s.cfg.MaxBatchBytes {
 			size += n

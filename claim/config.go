@@ -20,7 +20,9 @@ type Columns struct {
 	AggregateType string // "aggregate_type"
 	AggregateID   string // "aggregate_id"
 	EventType     string // "event_type"
-	Payload       string // "payload": jsonb, the message body
+	Payload       string // "payload": jsonb, the message body (JSON null when PayloadBytes holds it)
+	PayloadBytes  string // "payload_bytes": bytea or NULL, a body that is not JSON, published as it is
+	ContentType   string // "content_type": text or NULL, the content-type (default application/json, or application/octet-stream for PayloadBytes)
 	Headers       string // "headers": jsonb object or NULL, extra AMQP headers
 	Exchange      string // "exchange": per-row exchange or NULL for the default
 	RoutingKey    string // "routing_key": per-row routing key or NULL for the default
@@ -41,6 +43,8 @@ func (c Columns) withDefaults() Columns {
 		AggregateID:   cmp.Or(c.AggregateID, "aggregate_id"),
 		EventType:     cmp.Or(c.EventType, "event_type"),
 		Payload:       cmp.Or(c.Payload, "payload"),
+		PayloadBytes:  cmp.Or(c.PayloadBytes, "payload_bytes"),
+		ContentType:   cmp.Or(c.ContentType, "content_type"),
 		Headers:       cmp.Or(c.Headers, "headers"),
 		Exchange:      cmp.Or(c.Exchange, "exchange"),
 		RoutingKey:    cmp.Or(c.RoutingKey, "routing_key"),
@@ -58,6 +62,7 @@ func (c Columns) named() [][2]string {
 	return [][2]string{
 		{"ID", c.ID}, {"EventID", c.EventID}, {"AggregateType", c.AggregateType},
 		{"AggregateID", c.AggregateID}, {"EventType", c.EventType}, {"Payload", c.Payload},
+		{"PayloadBytes", c.PayloadBytes}, {"ContentType", c.ContentType},
 		{"Headers", c.Headers}, {"Exchange", c.Exchange}, {"RoutingKey", c.RoutingKey},
 		{"Status", c.Status}, {"Attempts", c.Attempts}, {"AvailableAt", c.AvailableAt},
 		{"LeaseID", c.LeaseID}, {"LastError", c.LastError}, {"CreatedAt", c.CreatedAt},

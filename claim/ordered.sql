@@ -123,7 +123,7 @@ UPDATE {{.Table}} AS o SET
 WHERE o.{{.ID}} = ANY (ARRAY (SELECT id FROM sized WHERE taken))
 RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
     o.{{.EventType}}::text, o.{{.Payload}}::text, o.{{.Headers}}::text, o.{{.Exchange}}::text,
-    o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}},
+    o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}}, o.{{.PayloadBytes}}, o.{{.ContentType}}::text,
     -- The key as text; how many heads a full read found (NULL when the
     -- read came back short of $6 rows: no more are pending); then "more",
     -- a head left out of the batch, which another claim can take.

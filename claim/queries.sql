@@ -28,15 +28,15 @@ UPDATE {{.Table}} SET
 WHERE {{.ID}} = ANY (ARRAY (
     SELECT id FROM (
         SELECT id, row_number() OVER w AS n,
-            sum(pg_column_size(payload) + coalesce(pg_column_size(headers), 0)) OVER w AS upto
+            sum(pg_column_size(payload) + coalesce(pg_column_size(payload_bytes), 0) + coalesce(pg_column_size(headers), 0)) OVER w AS upto
         FROM (
             SELECT * FROM (
-                SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
+                SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.PayloadBytes}} AS payload_bytes, {{.Headers}} AS headers FROM {{.Table}}
                 WHERE {{.ID}} = ANY ($6::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE AND {{.AvailableAt}} <= now()
                 FOR UPDATE SKIP LOCKED) AS parked
             UNION ALL
             SELECT * FROM (
-                SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.Headers}} AS headers FROM {{.Table}}
+                SELECT {{.ID}} AS id, {{.Payload}} AS payload, {{.PayloadBytes}} AS payload_bytes, {{.Headers}} AS headers FROM {{.Table}}
                 WHERE {{.Status}} = {{.Pending}} AND {{.AvailableAt}} <= now() AND {{.ID}} > $5
                 ORDER BY {{.ID}}
                 LIMIT $1
@@ -45,7 +45,7 @@ WHERE {{.ID}} = ANY (ARRAY (
     WHERE n <= $1 AND (n = 1 OR upto <= $4)))
 RETURNING {{.ID}}, {{.EventID}}::text, {{.AggregateType}}::text, {{.AggregateID}}::text,
     {{.EventType}}::text, {{.Payload}}::text, {{.Headers}}::text, {{.Exchange}}::text,
-    {{.RoutingKey}}::text, {{.CreatedAt}}::timestamptz, {{.Attempts}};
+    {{.RoutingKey}}::text, {{.CreatedAt}}::timestamptz, {{.Attempts}}, {{.PayloadBytes}}, {{.ContentType}}::text;
 
 -- name: mark_published
 -- $1 ids. Any confirmed publish counts, even one whose lease expired meanwhile.
@@ -151,7 +151,7 @@ WHERE {{.Status}} = {{.Pending}} AND {{.ID}} > $1 AND {{.ID}} <= $2;
 -- name: check
 -- Proves the table and every mapped column exist, reading no row.
 SELECT {{.ID}}, {{.EventID}}, {{.AggregateType}}, {{.AggregateID}}, {{.EventType}},
-    {{.Payload}}, {{.Headers}}, {{.Exchange}}, {{.RoutingKey}}, {{.Status}}, {{.Attempts}},
+    {{.Payload}}, {{.PayloadBytes}}, {{.ContentType}}, {{.Headers}}, {{.Exchange}}, {{.RoutingKey}}, {{.Status}}, {{.Attempts}},
     {{.AvailableAt}}, {{.LeaseID}}, {{.LastError}}, {{.CreatedAt}}, {{.PublishedAt}}
 FROM {{.Table}} LIMIT 0;
 

@@ -58,8 +58,8 @@ func render(cfg Config) (queries, error) {
 	// writers lists the transactions writing to the table, $1.
 	funcs["writers"] = func() string { return tablewriters.Select }
 	funcs["size"] = func(alias string) string {
-		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0)",
-			alias, data["Payload"], data["Headers"])
+		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0) + coalesce(pg_column_size(%[1]s.%[4]s), 0)",
+			alias, data["Payload"], data["PayloadBytes"], data["Headers"])
 	}
 	named, err := sqltmpl.Render(funcs, data, queriesSQL, orderedSQL)
 	if err != nil {

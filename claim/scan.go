@@ -17,6 +17,8 @@ type scanned struct {
 	exchange, routingKey               pgtype.Text
 	createdAt                          time.Time
 	attempts                           int
+	payloadBytes                       []byte // fresh per row; nil for NULL
+	contentType                        pgtype.Text
 	orderingKey                        string      // ordered only
 	heads                              pgtype.Int8 // ordered only
 	more                               bool        // ordered only
@@ -26,7 +28,8 @@ type scanned struct {
 // columns last.
 func (r *scanned) targets(ordered bool) []any {
 	dest := []any{&r.id, &r.eventID, &r.aggregateType, &r.aggregateID, &r.evType,
-		&r.payload, &r.headers, &r.exchange, &r.routingKey, &r.createdAt, &r.attempts}
+		&r.payload, &r.headers, &r.exchange, &r.routingKey, &r.createdAt, &r.attempts,
+		&r.payloadBytes, &r.contentType}
 	if ordered {
 		dest = append(dest, &r.orderingKey, &r.heads, &r.more)
 	}
@@ -39,7 +42,7 @@ func (r *scanned) event() Event {
 	return Event{
 		ID: r.id, EventID: r.eventID,
 		AggregateType: r.aggregateType.String, AggregateID: r.aggregateID.String, EventType: r.evType.String,
-		Payload: r.payload, Headers: r.headers,
+		Payload: r.payload, PayloadBytes: r.payloadBytes, ContentType: r.contentType.String, Headers: r.headers,
 		Exchange: r.exchange.String, RoutingKey: r.routingKey.String,
 		CreatedAt: r.createdAt, Attempts: r.attempts, OrderingKey: r.orderingKey,
 	}

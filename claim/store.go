@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -35,7 +36,9 @@ type Event struct {
 	AggregateType string
 	AggregateID   string
 	EventType     string
-	Payload       []byte
+	Payload       []byte // JSON
+	PayloadBytes  []byte // the body as bytes when it is not JSON (Payload is then JSON null), or nil
+	ContentType   string // the row's content-type, "" for none (the default)
 	Headers       []byte // a JSON object, or nil
 	Exchange      string // "" for the default exchange
 	RoutingKey    string // "" for the default routing key
@@ -165,11 +168,15 @@ func (s *Store) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	rows, err := s.db.Query(ctx, s.q.check)
-	if err != nil {
-		return fmt.Errorf("check table: %w", err)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn {
+		return fmt.Errorf("check table: %w (the relay's migrations add the columns it needs; to a table of your own, "+
+			"sql/outboxrelay_install.sql of this version or outboxrelay migrate --table adds them)", err)
+	}
+	if err != nil {
 		return fmt.Errorf("check table: %w", err)
 	}
 	if s.cfg.Ordering != OrderAggregate {

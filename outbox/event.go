@@ -43,6 +43,18 @@ type Event struct {
 	// json.RawMessage and []byte are taken as they are and must hold valid
 	// JSON. A nil Payload is the JSON null.
 	Payload any
+	// PayloadBytes is the message body for a payload that is not JSON
+	// (Protocol Buffers, Avro): the relay publishes these bytes as they
+	// are. Payload must be nil then (the row's payload column holds JSON
+	// null). Needs the payload_bytes and content_type columns (the relay's
+	// migration 010, or its drop-in SQL of this version).
+	PayloadBytes []byte
+	// ContentType is the AMQP content-type the relay publishes the event
+	// with (optional, at most 255 bytes): default application/json, or
+	// application/octet-stream with PayloadBytes. Set it with PayloadBytes
+	// (application/x-protobuf, say), or for a JSON payload of a more
+	// precise media type.
+	ContentType string
 	// Headers are extra AMQP headers (optional), encoded as a JSON object:
 	// strings, numbers, booleans, nil, and maps and slices of them, with
 	// keys of at most 255 bytes at any depth. The relay sets aggregate_type
@@ -65,6 +77,8 @@ type row struct {
 	eventID                               string // canonical UUID
 	aggregateType, aggregateID, eventType string
 	payload                               []byte
+	payloadBytes                          []byte // nil: NULL
+	contentType                           string // "": NULL
 	headers                               []byte // nil: no headers
 	exchange, routingKey                  string // "": NULL
 	notBefore                             string // timestamptz text; "": NULL
@@ -112,6 +126,15 @@ func (e Event) encode(trace map[string]string) (row, error) {
 	if err != nil {
 		return row{}, fieldError("Payload", err.Error())
 	}
+	if e.PayloadBytes != nil && e.Payload != nil {
+		return row{}, fieldError("PayloadBytes", "set with Payload; an event has one or the other")
+	}
+	switch {
+	case len(e.ContentType) > maxShortString:
+		return row{}, fieldError("ContentType", fmt.Sprintf("%d bytes, more than %d", len(e.ContentType), maxShortString))
+	case checkText(e.ContentType) != nil:
+		return row{}, fieldError("ContentType", checkText(e.ContentType).Error())
+	}
 	headers, err := encodeHeaders(e.Headers, trace)
 	if err != nil {
 		return row{}, fieldError("Headers", err.Error())
@@ -126,6 +149,8 @@ func (e Event) encode(trace map[string]string) (row, error) {
 		aggregateID:   e.AggregateID,
 		eventType:     e.EventType,
 		payload:       payload,
+		payloadBytes:  e.PayloadBytes,
+		contentType:   e.ContentType,
 		headers:       headers,
 		exchange:      e.Exchange,
 		routingKey:    e.RoutingKey,

@@ -256,6 +256,40 @@ func ExampleWriter_Cancel() {
 	// cancelled again: 0 <nil>
 }
 
+// A service that speaks Protocol Buffers writes the encoded message as
+// PayloadBytes with its content type; the relay publishes the bytes as
+// they are, with that content-type.
+func Example_binaryPayload() {
+	ctx := context.Background()
+	databaseURL, drop := exampleDatabase()
+	defer drop()
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	encoded := []byte{0x08, 0x2a, 0x12, 0x04, 'p', 'a', 'i', 'd'} // e.g. proto.Marshal(&pb.OrderPaid{Id: 42, State: "paid"})
+	_, err = outbox.Writer{}.Write(ctx, pool, outbox.Event{
+		AggregateType: "order", AggregateID: "42", EventType: "paid",
+		PayloadBytes: encoded, ContentType: "application/x-protobuf",
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var stored []byte
+	var contentType, payload string
+	if err := pool.QueryRow(ctx, `SELECT payload_bytes, content_type, payload::text FROM outbox`).Scan(&stored, &contentType, &payload); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%x %s, payload %s\n", stored, contentType, payload)
+	// Output:
+	// 082a120470616964 application/x-protobuf, payload null
+}
+
 // printOutbox prints the outbox's rows in id order.
 func printOutbox(ctx context.Context, pool *pgxpool.Pool) {
 	rows, err := pool.Query(ctx, `SELECT id, aggregate_type, aggregate_id, event_type, payload::text, headers::text FROM outbox ORDER BY id`)

@@ -5,22 +5,24 @@ import (
 	"testing"
 )
 
-// The named constant is what the builder makes of the relay's own table, so
-// the zero Writer and Writer{Table: "outbox"} write alike.
+// The named constants are what the builder makes of the relay's own
+// table, so the zero Writer and Writer{Table: "outbox"} write alike.
 func TestDefaultStatementIsTheBuiltOne(t *testing.T) {
 	t.Parallel()
-	built, err := Writer{Table: "outbox", Columns: Columns{Payload: "payload"}}.buildStatement()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if built != defaultStatement {
-		t.Fatalf("built:\n%s\nwant defaultStatement:\n%s", built, defaultStatement)
+	for binary, want := range map[bool]string{false: defaultStatement, true: binaryStatement} {
+		built, err := Writer{Table: "outbox", Columns: Columns{Payload: "payload"}}.buildStatement(binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if built != want {
+			t.Fatalf("built:\n%s\nwant:\n%s", built, want)
+		}
 	}
 }
 
 func TestStatementQuotesIdentifiers(t *testing.T) {
 	t.Parallel()
-	s, err := Writer{Table: `my "app".events`, Columns: Columns{AggregateType: `entity"; DROP TABLE x; --`}}.statement()
+	s, err := Writer{Table: `my "app".events`, Columns: Columns{AggregateType: `entity"; DROP TABLE x; --`}}.statement(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +30,7 @@ func TestStatementQuotesIdentifiers(t *testing.T) {
 	if !strings.Contains(s, want) {
 		t.Fatalf("statement:\n%s\nwant it to contain:\n%s", s, want)
 	}
-	again, err := Writer{Table: `my "app".events`, Columns: Columns{AggregateType: `entity"; DROP TABLE x; --`}}.statement()
+	again, err := Writer{Table: `my "app".events`, Columns: Columns{AggregateType: `entity"; DROP TABLE x; --`}}.statement(false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -109,16 +110,14 @@ func (w Writer) WriteSQL(ctx context.Context, db SQLExecer, events ...Event) ([]
 }
 
 // prepare returns the statement and its arguments for events (nine
-// PostgreSQL array literals, one per column) and the events' IDs.
+// PostgreSQL array literals, one per column, or eleven with the binary
+// columns) and the events' IDs.
 func (w Writer) prepare(ctx context.Context, events []Event) (string, []any, []string, error) {
-	stmt, err := w.statement()
-	if err != nil {
-		return "", nil, nil, err
-	}
 	trace := traceHeaders(ctx, w.Propagator)
 	ids := make([]string, len(events))
 	index := make(map[string]int, len(events))
-	var cols [9]arrayBuilder
+	var cols [11]arrayBuilder
+	binary := false
 	for i, e := range events {
 		r, err := e.encode(trace)
 		if err != nil {
@@ -137,9 +136,20 @@ func (w Writer) prepare(ctx context.Context, events []Event) (string, []any, []s
 		cols[6].add(r.exchange, r.exchange != "")
 		cols[7].add(r.routingKey, r.routingKey != "")
 		cols[8].add(r.notBefore, r.notBefore != "")
+		cols[9].add(`\x`+hex.EncodeToString(r.payloadBytes), r.payloadBytes != nil)
+		cols[10].add(r.contentType, r.contentType != "")
+		binary = binary || r.payloadBytes != nil || r.contentType != ""
 	}
-	args := make([]any, len(cols))
-	for i := range cols {
+	stmt, err := w.statement(binary)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	n := 9
+	if binary {
+		n = 11
+	}
+	args := make([]any, n)
+	for i := range args {
 		args[i] = cols[i].String()
 	}
 	return stmt, args, ids, nil
@@ -190,24 +200,40 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
     WITH ORDINALITY AS e (event_id, aggregate_type, aggregate_id, event_type, payload, headers, exchange, routing_key, available_at, n)
 ORDER BY e.n`
 
-// target is what a statement is built from: the table and its columns.
+// binaryStatement is defaultStatement with two columns more, for a call
+// with an event that has PayloadBytes or ContentType: a call without such
+// an event writes none of the two, so a table the drop-in SQL of an
+// earlier version made ready still takes it.
+const binaryStatement = `INSERT INTO "outbox" ("event_id", "aggregate_type", "aggregate_id", "event_type", "payload", "headers", "exchange", "routing_key", "available_at", "payload_bytes", "content_type")
+SELECT e.event_id::uuid, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::jsonb, e.headers::jsonb, e.exchange, e.routing_key,
+    coalesce(e.available_at::timestamptz, now()), e.payload_bytes::bytea, e.content_type
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
+    WITH ORDINALITY AS e (event_id, aggregate_type, aggregate_id, event_type, payload, headers, exchange, routing_key, available_at, payload_bytes, content_type, n)
+ORDER BY e.n`
+
+// target is what a statement is built from: the table, its columns, and
+// whether the binary columns are written.
 type target struct {
 	table   string
 	columns Columns
+	binary  bool
 }
 
 // statements caches each Writer configuration's statement, built once.
 var statements sync.Map // target → string
 
-func (w Writer) statement() (string, error) {
-	t := target{w.Table, w.Columns}
-	if t == (target{}) {
+func (w Writer) statement(binary bool) (string, error) {
+	t := target{w.Table, w.Columns, binary}
+	switch t {
+	case target{}:
 		return defaultStatement, nil
+	case target{binary: true}:
+		return binaryStatement, nil
 	}
 	if s, ok := statements.Load(t); ok {
 		return s.(string), nil
 	}
-	s, err := w.buildStatement()
+	s, err := w.buildStatement(binary)
 	if err != nil {
 		return "", err
 	}
@@ -215,9 +241,9 @@ func (w Writer) statement() (string, error) {
 	return s, nil
 }
 
-// buildStatement is defaultStatement with the Writer's table and columns,
-// quoted identifiers only.
-func (w Writer) buildStatement() (string, error) {
+// buildStatement is defaultStatement, or binaryStatement, with the
+// Writer's table and columns, quoted identifiers only.
+func (w Writer) buildStatement(binary bool) (string, error) {
 	table, err := w.tableIdentifier()
 	if err != nil {
 		return "", err
@@ -230,6 +256,11 @@ func (w Writer) buildStatement() (string, error) {
 		cmp.Or(w.Columns.Payload, "payload"),
 		"headers", "exchange", "routing_key", "available_at",
 	}
+	template := defaultStatement
+	if binary {
+		cols = append(cols, "payload_bytes", "content_type")
+		template = binaryStatement
+	}
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
 		if err := checkText(c); err != nil {
@@ -237,7 +268,7 @@ func (w Writer) buildStatement() (string, error) {
 		}
 		quoted[i] = pgx.Identifier{c}.Sanitize()
 	}
-	_, rest, _ := strings.Cut(defaultStatement, "\n")
+	_, rest, _ := strings.Cut(template, "\n")
 	return "INSERT INTO " + table.Sanitize() + " (" + strings.Join(quoted, ", ") + ")\n" + rest, nil
 }
 

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -32,8 +33,17 @@ var (
 	ErrClosed = errors.New("publish: publisher closed")
 )
 
-// Message is one AMQP message. The publisher sends it persistent, mandatory,
-// with ContentType "application/json".
+// Content types the publisher sends when a Message names none.
+const (
+	// ContentTypeJSON is a Message's default content-type.
+	ContentTypeJSON = "application/json"
+	// ContentTypeBytes is the content-type of a body that is not JSON and
+	// says nothing more of itself.
+	ContentTypeBytes = "application/octet-stream"
+)
+
+// Message is one AMQP message. The publisher sends it persistent and
+// mandatory.
 type Message struct {
 	// Exchange is where it goes; "" means Config.Exchange.
 	Exchange string
@@ -53,8 +63,11 @@ type Message struct {
 	// properties they must fit in one AMQP frame of the size the connection
 	// negotiated (RabbitMQ's frame_max, 128 KiB by default).
 	Headers amqp.Table
-	// Body is the payload, JSON.
+	// Body is the payload, sent as it is.
 	Body []byte
+	// ContentType is the AMQP content-type property; "" sends
+	// ContentTypeJSON.
+	ContentType string
 }
 
 // validate reports why m can never be published, wrapping ErrInvalid; the
@@ -74,6 +87,8 @@ func (m *Message) validate(exchange string, maxBody int) error {
 		return fmt.Errorf("%w: message id is %d bytes, more than %d", ErrInvalid, len(m.MessageID), maxShortString)
 	case len(m.Type) > maxShortString:
 		return fmt.Errorf("%w: type is %d bytes, more than %d", ErrInvalid, len(m.Type), maxShortString)
+	case len(m.ContentType) > maxShortString:
+		return fmt.Errorf("%w: content type is %d bytes, more than %d", ErrInvalid, len(m.ContentType), maxShortString)
 	}
 	if _, err := tableSize(m.Headers); err != nil {
 		return fmt.Errorf("%w: headers: %w", ErrInvalid, err)
@@ -85,7 +100,7 @@ func (m *Message) validate(exchange string, maxBody int) error {
 func (m *Message) publishing() amqp.Publishing {
 	return amqp.Publishing{
 		Headers:      m.Headers,
-		ContentType:  "application/json",
+		ContentType:  cmp.Or(m.ContentType, ContentTypeJSON),
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.MessageID,
 		Timestamp:    m.Timestamp,

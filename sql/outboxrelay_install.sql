@@ -164,6 +164,8 @@ BEGIN
             (st_col,         format('text NOT NULL DEFAULT %L', pending)),
             (ca_col,         'timestamptz NOT NULL DEFAULT now()'),
             ('headers',      'jsonb'),
+            ('payload_bytes', 'bytea'),
+            ('content_type', 'text'),
             ('exchange',     'text'),
             ('routing_key',  'text'),
             ('attempts',     'integer NOT NULL DEFAULT 0'),

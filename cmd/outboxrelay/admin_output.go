@@ -128,6 +128,10 @@ type eventJSON struct {
 	Attempts      int       `json:"attempts"`
 	LastError     *string   `json:"last_error"`
 	CreatedAt     time.Time `json:"created_at"`
+	// ContentType is null for the default; PayloadBytes is the size of a
+	// binary payload, null for JSON.
+	ContentType  *string `json:"content_type"`
+	PayloadBytes *int64  `json:"payload_bytes"`
 }
 
 func eventsJSON(evs []admin.Event) []eventJSON {

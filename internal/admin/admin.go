@@ -63,7 +63,7 @@ func render(cfg claim.Config) (map[string]string, error) {
 		"ID": c.ID, "EventID": c.EventID, "AggregateType": c.AggregateType, "AggregateID": c.AggregateID,
 		"EventType": c.EventType, "Payload": c.Payload, "Exchange": c.Exchange, "RoutingKey": c.RoutingKey,
 		"Status": c.Status, "Attempts": c.Attempts, "AvailableAt": c.AvailableAt, "LeaseID": c.LeaseID,
-		"LastError": c.LastError, "CreatedAt": c.CreatedAt,
+		"LastError": c.LastError, "CreatedAt": c.CreatedAt, "PayloadBytes": c.PayloadBytes, "ContentType": c.ContentType,
 	} {
 		data[name] = sqltmpl.Identifier(col)
 	}
@@ -102,6 +102,8 @@ type Event struct {
 	Attempts      int
 	LastError     *string
 	CreatedAt     time.Time
+	ContentType   *string // nil: the default (application/json, or application/octet-stream for a binary payload)
+	PayloadBytes  *int64  // the size of a binary payload; nil for a JSON one
 }
 
 // events reads the rows of dead and requeue_preview, and the count of
@@ -111,7 +113,7 @@ func events(rows pgx.Rows) ([]Event, int64, error) {
 	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
 		var e Event
 		err := row.Scan(&e.ID, &e.EventID, &e.AggregateType, &e.AggregateID, &e.EventType,
-			&e.Exchange, &e.RoutingKey, &e.Attempts, &e.LastError, &e.CreatedAt, &total)
+			&e.Exchange, &e.RoutingKey, &e.Attempts, &e.LastError, &e.CreatedAt, &e.ContentType, &e.PayloadBytes, &total)
 		return e, err
 	})
 	return evs, total, err

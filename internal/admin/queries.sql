@@ -60,7 +60,8 @@ LIMIT $3;
 -- the limit.
 SELECT {{.ID}}, {{.EventID}}::text, {{.AggregateType}}::text, {{.AggregateID}}::text,
     {{.EventType}}::text, {{.Exchange}}::text, {{.RoutingKey}}::text, {{.Attempts}},
-    {{.LastError}}::text, {{.CreatedAt}}::timestamptz, count(*) OVER ()
+    {{.LastError}}::text, {{.CreatedAt}}::timestamptz, {{.ContentType}}::text, octet_length({{.PayloadBytes}})::bigint,
+    count(*) OVER ()
 FROM {{.Table}}
 WHERE {{.Status}} = $1
   AND ($2::text IS NULL OR {{.EventType}} = $2)
@@ -75,7 +76,8 @@ LIMIT $6::bigint;
 -- What requeue would change, with the columns of dead.
 SELECT {{.ID}}, {{.EventID}}::text, {{.AggregateType}}::text, {{.AggregateID}}::text,
     {{.EventType}}::text, {{.Exchange}}::text, {{.RoutingKey}}::text, {{.Attempts}},
-    {{.LastError}}::text, {{.CreatedAt}}::timestamptz, count(*) OVER ()
+    {{.LastError}}::text, {{.CreatedAt}}::timestamptz, {{.ContentType}}::text, octet_length({{.PayloadBytes}})::bigint,
+    count(*) OVER ()
 FROM {{.Table}}
 WHERE {{.Status}} = $1
   AND ($2::bigint[] IS NULL OR {{.ID}} = ANY ($2))
