@@ -46,6 +46,8 @@ type RunCmd struct {
 	DeclareExch    bool          `name:"declare-exchange" env:"OUTBOX_DECLARE_EXCHANGE" default:"true" negatable:"" help:"Declare --exchange as a durable topic exchange at start-up."`
 	ConfirmTimeout time.Duration `name:"confirm-timeout" env:"OUTBOX_CONFIRM_TIMEOUT" default:"15s" help:"Deadline for a batch's publisher confirms, renewed while they arrive: a batch fails after this long with none of it sent or confirmed."`
 	MaxMessageSize int           `name:"max-message-size" env:"OUTBOX_MAX_MESSAGE_SIZE" default:"16777216" help:"Largest payload in bytes; larger events are dead-lettered."`
+	MessageFormat  string        `name:"message-format" env:"OUTBOX_MESSAGE_FORMAT" default:"plain" enum:"plain,cloudevents,cloudevents-structured" help:"plain: the payload as the body, the row's fields as properties and headers; cloudevents: a CloudEvent in binary content mode (ce- headers, the payload as the body); cloudevents-structured: a CloudEvent as a JSON body (application/cloudevents+json)."`
+	CESource       string        `name:"cloudevents-source" env:"OUTBOX_CLOUDEVENTS_SOURCE" default:"outboxrelay" help:"The CloudEvents source attribute of every event (a URI-reference naming the producing service, e.g. https://orders.example.com), with --message-format cloudevents."`
 
 	BatchSize     int           `name:"batch-size" env:"OUTBOX_BATCH_SIZE" default:"500" help:"Most events one claim takes."`
 	MaxBatchBytes int           `name:"max-batch-bytes" env:"OUTBOX_MAX_BATCH_BYTES" default:"16777216" help:"Most payload and header bytes one claim takes (at least one event); with --workers, bounds the memory of events in flight."`
@@ -142,17 +144,19 @@ func (c *RunCmd) configs() (claim.Config, publish.Config, relay.Config, error) {
 		markDelay = -1 // at once
 	}
 	rc := relay.Config{
-		BatchSize:        c.BatchSize,
-		Workers:          c.Workers,
-		PollInterval:     c.PollInterval,
-		ShutdownTimeout:  c.ShutdownTimeout,
-		Retention:        retention,
-		CleanupInterval:  cleanup,
-		MarkRetry:        c.Lease,
-		MarkDelay:        markDelay,
-		BusyRate:         c.BusyRate,
-		BusyPollInterval: c.BusyPoll,
-		Ordered:          cc.Ordered(),
+		BatchSize:         c.BatchSize,
+		Workers:           c.Workers,
+		PollInterval:      c.PollInterval,
+		ShutdownTimeout:   c.ShutdownTimeout,
+		Retention:         retention,
+		CleanupInterval:   cleanup,
+		MarkRetry:         c.Lease,
+		MarkDelay:         markDelay,
+		BusyRate:          c.BusyRate,
+		BusyPollInterval:  c.BusyPoll,
+		Ordered:           cc.Ordered(),
+		CloudEvents:       map[string]string{"cloudevents": relay.CloudEventsBinary, "cloudevents-structured": relay.CloudEventsStructured}[c.MessageFormat],
+		CloudEventsSource: c.CESource,
 	}
 	if err := rc.Validate(); err != nil {
 		return claim.Config{}, publish.Config{}, relay.Config{}, cli.Usage(err)

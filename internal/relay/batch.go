@@ -30,7 +30,7 @@ func (r *Relay) process(ctx, drainCtx context.Context, batch claim.Batch, claime
 		msgs := make([]publish.Message, 0, len(batch.Events))
 		sent = make([]claim.Event, 0, len(batch.Events))
 		for _, e := range batch.Events {
-			m, err := Message(e)
+			m, err := r.message(e)
 			if err != nil {
 				failures = append(failures, claim.Failure{ID: e.ID, Attempts: e.Attempts, Err: err, Permanent: true})
 				continue

@@ -105,6 +105,14 @@ type Config struct {
 	// again, round the whole table, as soon as its batch settles.
 	// Default false.
 	Ordered bool
+	// CloudEvents, if set, publishes every event as a CloudEvent in that
+	// content mode: CloudEventsBinary or CloudEventsStructured (see
+	// cloudevents.go for the mapping from the row). Default "": the plain
+	// message of Message.
+	CloudEvents string
+	// CloudEventsSource is the CloudEvents source attribute of every
+	// event. Default "outboxrelay".
+	CloudEventsSource string
 	// Observer is told what the relay does, for metrics. Default: nobody.
 	Observer Observer
 	// Logger receives the relay's logs. Default: discarded.
@@ -132,6 +140,7 @@ func (c Config) withDefaults() Config {
 	c.BusyRate = cmp.Or(c.BusyRate, 2000)
 	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, 2*time.Millisecond)
 	c.AdvanceInterval = cmp.Or(c.AdvanceInterval, 50*time.Millisecond)
+	c.CloudEventsSource = cmp.Or(c.CloudEventsSource, "outboxrelay")
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -164,6 +173,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("relay: BusyRate %g: must not be negative", c.BusyRate)
 	case c.BusyPollInterval < 0:
 		return fmt.Errorf("relay: BusyPollInterval %s: must not be negative", c.BusyPollInterval)
+	case c.CloudEvents != "" && c.CloudEvents != CloudEventsBinary && c.CloudEvents != CloudEventsStructured:
+		return fmt.Errorf("relay: CloudEvents %q: want %q, %q or empty", c.CloudEvents, CloudEventsBinary, CloudEventsStructured)
 	}
 	return nil
 }

@@ -79,7 +79,7 @@ func (r *Relay) publishOrdered(ctx context.Context, lease claim.LeaseID, events 
 			}
 			i := run[0]
 			runs[key] = run[1:]
-			m, err := Message(events[i])
+			m, err := r.message(events[i])
 			if err != nil {
 				results[i] = r.afterFailure(ctx, lease, events[i], err, holdBack)
 				continue
