@@ -103,10 +103,7 @@ func TestCloudEventsReadBackBySDK(t *testing.T) {
 			dbURL, pool := testkit.NewOutbox(t)
 			exchange := testkit.NewExchange(t)
 			queue := testkit.NewQueue(t, exchange, "#")
-			p := startRelay(t, relayEnv(dbURL, exchange), "--message-format="+mode, "--cloudevents-source=https://orders.example.com")
-			p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
-				return strings.Contains(out, `"relay started"`)
-			})
+			p := startedRelay(t, relayEnv(dbURL, exchange), "--message-format="+mode, "--cloudevents-source=https://orders.example.com")
 
 			traceID := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
 			ctx := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{

@@ -69,6 +69,17 @@ func startRelay(t *testing.T, env []string, args ...string) *testkit.Process {
 	return testkit.StartProcess(t, binary, env, args...)
 }
 
+// startedRelay runs the binary as startRelay does and waits until it logs
+// "relay started" (failing at once if it exits first).
+func startedRelay(t *testing.T, env []string, args ...string) *testkit.Process {
+	t.Helper()
+	p := startRelay(t, env, args...)
+	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
+		return strings.Contains(out, `"relay started"`)
+	})
+	return p
+}
+
 // runOnce runs the binary to completion and returns its exit code and output.
 func runOnce(t *testing.T, env []string, args ...string) (int, string, string) {
 	t.Helper()

@@ -263,10 +263,7 @@ func TestRelayRunsWithTheEnvironmentItWasGiven(t *testing.T) {
 	t.Parallel()
 	dbURL, _ := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
-	p := startRelay(t, relayEnv(dbURL, exchange, "GODEBUG=madvdontneed=1"))
-	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
-		return strings.Contains(out, `"relay started"`)
-	})
+	p := startedRelay(t, relayEnv(dbURL, exchange, "GODEBUG=madvdontneed=1"))
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
 	require.NoError(t, err)
 	var godebug []string

@@ -3,7 +3,6 @@ package main_test
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +26,7 @@ func TestScheduledEventsArriveWhenDueNeverBefore(t *testing.T) {
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
-	p := startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
-	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
-		return strings.Contains(out, `"relay started"`)
-	})
+	p := startedRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
 
 	first := time.Now().Add(2 * time.Second)
 	events := make([]outbox.Event, n)
@@ -85,10 +81,7 @@ func TestCancelRacingTheDueTimeHasOneOutcome(t *testing.T) {
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
-	p := startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
-	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
-		return strings.Contains(out, `"relay started"`)
-	})
+	p := startedRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
 
 	first := time.Now().Add(2 * time.Second)
 	events := make([]outbox.Event, n)
@@ -169,10 +162,7 @@ func TestScheduledHeadHoldsItsAggregateBack(t *testing.T) {
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
-	p := startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--ordering=aggregate")
-	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
-		return strings.Contains(out, `"relay started"`)
-	})
+	p := startedRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--ordering=aggregate")
 
 	due := time.Now().Add(1500 * time.Millisecond)
 	ids, err := outbox.Writer{}.Write(t.Context(), pool,
@@ -211,10 +201,7 @@ func TestEventsDueWhileTheRelayWasDownArriveAtStart(t *testing.T) {
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
 	env := relayEnv(dbURL, exchange)
-	p := startRelay(t, env, "--poll-interval=1h")
-	p.AwaitOutput(30*time.Second, "relay started", func(out string) bool {
-		return strings.Contains(out, `"relay started"`)
-	})
+	p := startedRelay(t, env, "--poll-interval=1h")
 	first := time.Now().Add(time.Second)
 	events := make([]outbox.Event, n)
 	for i := range events {
