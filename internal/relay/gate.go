@@ -165,8 +165,9 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 	// quiet is whether the last sample, with the gate open, saw nothing
 	// claimed and the sequence standing still: the relay is idle, and
 	// samples on the wall clock's whole seconds (idleInsertsEvery) instead
-	// of every rateSampleEvery until a sample sees either move. The rate is the ring's growth over its
-	// samples' times, so the longer spacing does not bias it.
+	// of every rateSampleEvery until a sample sees either move. The rate
+	// is the ring's growth over its samples' times, so the longer spacing
+	// does not bias it.
 	quiet := false
 	for {
 		wait := rateSampleEvery
