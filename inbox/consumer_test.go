@@ -326,5 +326,6 @@ func TestLostConnectionIsNotAnAttempt(t *testing.T) {
 	r, _ := e.record("svc", "m1")
 	require.Equal(t, record{Processed: true}, r)
 	require.Zero(t, e.metric("inbox_retried_total", nil))
+	require.Equal(t, float64(1), e.metric("inbox_database_failures_total", nil))
 	require.Zero(t, e.metric("inbox_dead_lettered_total", nil))
 }

@@ -94,6 +94,7 @@ func (c *Consumer) deliver(ctx, hctx context.Context, d amqp.Delivery) {
 			log.Warn("handler failed; retrying", "error", err, "attempts", attempts, "max_attempts", c.cfg.MaxAttempts, "retry_in", delay)
 		case fault:
 			faults++
+			c.metrics.incDatabaseFailures()
 			delay = c.retryDelay(faults)
 			log.Warn("database failed; retrying (not counted as an attempt)", "error", err, "retry_in", delay)
 		}
@@ -284,7 +285,9 @@ func (c *Consumer) messageID(d amqp.Delivery) string {
 
 func (c *Consumer) ack(d amqp.Delivery, log deliveryLog) {
 	if err := d.Ack(false); err != nil {
-		log.Warn("ack failed; the broker redelivers the message, which is acked then as a duplicate", "error", err)
+		// One per delivery in flight when a connection is cut; the
+		// reconnect is logged as a warning once.
+		log.Debug("ack failed; the broker redelivers the message, which is acked then as a duplicate", "error", err)
 	}
 }
 

@@ -13,6 +13,7 @@ type metrics struct {
 	processed    prometheus.Counter
 	duplicates   prometheus.Counter
 	retried      prometheus.Counter
+	dbFailures   prometheus.Counter
 	deadMissing  prometheus.Counter
 	deadAttempts prometheus.Counter
 	duration     prometheus.Observer
@@ -38,6 +39,10 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		Name: "inbox_retried_total",
 		Help: "Handler attempts that failed (error or panic) and were retried.",
 	}, labels)
+	dbFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "inbox_database_failures_total",
+		Help: "Attempts the database failed, not the handler (a begin, the insert or a commit failed, the connection was lost), retried without being counted.",
+	}, labels)
 	dead := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "inbox_dead_lettered_total",
 		Help: "Deliveries rejected to the queue's dead-letter exchange, by reason (missing_id, attempts).",
@@ -56,6 +61,9 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		retried, err = register(reg, retried)
 	}
 	if err == nil {
+		dbFailures, err = register(reg, dbFailures)
+	}
+	if err == nil {
 		dead, err = register(reg, dead)
 	}
 	if err == nil {
@@ -68,6 +76,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		processed:    processed.WithLabelValues(name),
 		duplicates:   duplicates.WithLabelValues(name),
 		retried:      retried.WithLabelValues(name),
+		dbFailures:   dbFailures.WithLabelValues(name),
 		deadMissing:  dead.WithLabelValues(name, "missing_id"),
 		deadAttempts: dead.WithLabelValues(name, "attempts"),
 		duration:     duration.WithLabelValues(name),
@@ -103,6 +112,12 @@ func (m *metrics) incDuplicates() {
 func (m *metrics) incRetried() {
 	if m != nil {
 		m.retried.Inc()
+	}
+}
+
+func (m *metrics) incDatabaseFailures() {
+	if m != nil {
+		m.dbFailures.Inc()
 	}
 }
 
