@@ -14,6 +14,7 @@ require (
 	github.com/jackc/tern/v2 v2.3.4
 	github.com/lmittmann/tint v1.2.1
 	github.com/mattn/go-isatty v0.0.24
+	github.com/outboxrelay/outboxrelay/inbox v0.0.0
 	github.com/outboxrelay/outboxrelay/outbox v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -95,3 +96,5 @@ require (
 tool honnef.co/go/tools/cmd/staticcheck
 
 replace github.com/outboxrelay/outboxrelay/outbox => ./outbox
+
+replace github.com/outboxrelay/outboxrelay/inbox => ./inbox
