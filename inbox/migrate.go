@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,9 +33,5 @@ func Migrate(ctx context.Context, db Execer, table string) error {
 // the table's name (and its index's, "<table>_updated_at_brin" in the
 // table's schema) in place of "inbox".
 func SchemaSQL(table pgx.Identifier) string {
-	index := pgx.Identifier{table[len(table)-1] + "_updated_at_brin"}
-	return strings.NewReplacer(
-		`"inbox_updated_at_brin"`, index.Sanitize(),
-		`"inbox"`, table.Sanitize(),
-	).Replace(schemaSQL)
+	return tableNames(table).Replace(schemaSQL)
 }

@@ -53,11 +53,23 @@ type statements struct {
 }
 
 func newStatements(table pgx.Identifier) statements {
-	r := strings.NewReplacer(`"inbox"`, table.Sanitize())
+	r := tableNames(table)
 	return statements{
 		mark:    r.Replace(markSQL),
 		fail:    r.Replace(failSQL),
 		reset:   r.Replace(resetSQL),
 		cleanup: r.Replace(cleanupSQL),
 	}
+}
+
+// tableNames renders the module's SQL (the statements above and
+// inbox.sql) for table: its quoted name in place of "inbox", and its
+// index's, "<table>_updated_at_brin" in the table's schema, in place of
+// "inbox_updated_at_brin".
+func tableNames(table pgx.Identifier) *strings.Replacer {
+	index := pgx.Identifier{table[len(table)-1] + "_updated_at_brin"}
+	return strings.NewReplacer(
+		`"inbox_updated_at_brin"`, index.Sanitize(),
+		`"inbox"`, table.Sanitize(),
+	)
 }
