@@ -1,0 +1,50 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
+)
+
+// Under the relay's settings (claim.Config.ConfigurePool) PostgreSQL plans
+// the claim once per connection and runs that plan at every claim, in both
+// modes: left to choose, it plans the claim anew at each execution, which
+// costs several times what running it does.
+func TestClaimIsPlannedOnceAndReused(t *testing.T) {
+	t.Parallel()
+	for _, ordering := range []claim.Ordering{claim.OrderNone, claim.OrderAggregate} {
+		t.Run(string(ordering), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			url, setup := testkit.NewOutbox(t)
+			if ordering == claim.OrderAggregate {
+				ensureOrderingIndex(t, url)
+			}
+			testkit.InsertEvents(t, setup, 20)
+			cfg, err := pgxpool.ParseConfig(url)
+			require.NoError(t, err)
+			claim.Config{}.ConfigurePool(cfg)
+			cfg.MaxConns = 1 // every statement on the connection read below
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s, err := claim.New(pool, claim.Config{Ordering: ordering})
+			require.NoError(t, err)
+			const claims = 8
+			for range claims {
+				_, err := s.Claim(ctx, 2)
+				require.NoError(t, err)
+			}
+			var generic, custom int64
+			require.NoError(t, pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+				claim.Statements(s)["claim"]).Scan(&generic, &custom))
+			require.Zero(t, custom, "custom plans of the claim")
+			require.EqualValues(t, claims, generic, "executions of the claim's generic plan")
+		})
+	}
+}
