@@ -201,17 +201,6 @@ func (c *rabbitCluster) urls() []string {
 	return out
 }
 
-// nodeOf is the index of the node whose URL (redacted, as the relay's
-// metrics show it) is url, or -1.
-func (c *rabbitCluster) nodeOf(url string) int {
-	for i, u := range c.urls() {
-		if redact.URL(u) == url {
-			return i
-		}
-	}
-	return -1
-}
-
 // stopApp stops node i's RabbitMQ application, which closes every
 // connection to it; startApp starts it again and waits until it runs.
 func (c *rabbitCluster) stopApp(i int) { c.ctl(c.nodes[i], "stop_app") }
