@@ -24,16 +24,18 @@ import (
 // BenchmarkConsumer compares the inbox Consumer with a plain amqp091
 // consumer doing the same work (a counter row's upsert, in a transaction
 // of its own, acked after the commit), both at prefetch 32, on b.N
-// persistent messages published to a fresh queue beforehand. The two
-// sub-benchmarks run one after the other in each round, so that -count
-// interleaves them. Reported: messages/s, and the CPU milliseconds per
-// 1,000 messages of this process (rusage) and of the PostgreSQL backends of
-// the benchmark's database (/proc/<pid>/stat; PostgreSQL runs on this
-// machine), their sum, and the WAL bytes per message (of the whole server:
-// run it alone).
+// persistent messages published to a fresh queue beforehand. A third
+// consumer, plain+select, is the plain one with one trivial statement
+// (SELECT $1::text of the message id) before the work: the cost of the one
+// round trip the inbox adds, without the inbox's record. Reported:
+// messages/s, and the CPU milliseconds per 1,000 messages of this process
+// (rusage) and of the PostgreSQL backends of the benchmark's database
+// (/proc/<pid>/stat; PostgreSQL runs on this machine), their sum, and the
+// WAL bytes per message (of the whole server: run it alone).
 //
 // -count repeats each sub-benchmark back to back; to interleave them, the
-// benchmark runs -rounds rounds (default 3) of plain then inbox instead:
+// benchmark runs -rounds rounds (default 3) of plain, plain+select and
+// inbox instead:
 //
 //	go test -run '^$' -bench Consumer -benchtime 20000x
 func BenchmarkConsumer(b *testing.B) {
@@ -52,14 +54,15 @@ func BenchmarkConsumer(b *testing.B) {
 	require.NoError(b, err)
 	warm(b, pool, int(cfg.MaxConns))
 	for round := 1; round <= *benchRounds; round++ {
-		for _, kind := range []string{"plain", "inbox"} {
+		for _, kind := range []string{"plain", "plain+select", "inbox"} {
 			b.Run(fmt.Sprintf("round=%d/%s", round, kind), func(b *testing.B) { benchConsume(b, pool, kind) })
 		}
 	}
 }
 
-// benchRounds is how many rounds of (plain, inbox) BenchmarkConsumer runs.
-var benchRounds = flag.Int("rounds", 3, "BenchmarkConsumer's rounds of plain then inbox")
+// benchRounds is how many rounds of (plain, plain+select, inbox)
+// BenchmarkConsumer runs.
+var benchRounds = flag.Int("rounds", 3, "BenchmarkConsumer's rounds of plain, plain+select and inbox")
 
 // benchWork is both consumers' handler: a counter row's upsert.
 func benchWork(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
@@ -81,9 +84,17 @@ func benchConsume(b *testing.B, pool *pgxpool.Pool, kind string) {
 	b.ResetTimer()
 	start := time.Now()
 	var stop func() error
-	if kind == "plain" {
+	switch kind {
+	case "plain":
 		stop = runPlain(b, queue, db, benchWork)
-	} else {
+	case "plain+select":
+		stop = runPlain(b, queue, db, func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
+			if _, err := tx.Exec(ctx, `SELECT $1::text`, d.MessageId); err != nil {
+				return err
+			}
+			return benchWork(ctx, tx, d)
+		})
+	default:
 		c, err := inbox.New(inbox.Config{
 			AMQPURL: amqpURL(), Queue: queue, Name: "bench", DB: db, Handler: benchWork,
 			Prefetch: 32, CleanupInterval: -1,
