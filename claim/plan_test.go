@@ -26,15 +26,9 @@ func TestClaimIsPlannedOnceAndReused(t *testing.T) {
 				ensureOrderingIndex(t, url)
 			}
 			testkit.InsertEvents(t, setup, 20)
-			cfg, err := pgxpool.ParseConfig(url)
-			require.NoError(t, err)
-			claim.Config{}.ConfigurePool(cfg)
-			cfg.MaxConns = 1 // every statement on the connection read below
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
-			s, err := claim.New(pool, claim.Config{Ordering: ordering})
-			require.NoError(t, err)
+			pool, s := relayStore(t, url, claim.Config{Ordering: ordering}, func(pc *pgxpool.Config) {
+				pc.MaxConns = 1 // every statement on the connection read below
+			})
 			const claims = 8
 			for range claims {
 				_, err := s.Claim(ctx, 2)

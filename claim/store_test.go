@@ -343,7 +343,7 @@ func TestClaimSkipsDeadIndexEntriesOfPublishedRows(t *testing.T) {
 	url, setup := testkit.NewOutbox(t)
 	publishedOneByOne(t, setup)
 
-	pool, s := relayStore(t, url)
+	pool, s := relayStore(t, url, claim.Config{})
 	explain := func() string {
 		return planOf(t, pool, "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "+claim.Statements(s)["claim"], 500, 30000, claim.LeaseID{}, 16<<20, 0, []int64{})
 	}
@@ -500,7 +500,7 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 	t.Parallel()
 	url, setup := testkit.NewOutbox(t)
 	testkit.Exec(t, setup, `ALTER TABLE outbox SET (autovacuum_enabled = off)`)
-	pool, s := relayStore(t, url)
+	pool, s := relayStore(t, url, claim.Config{})
 
 	ctx := context.Background()
 	conn, err := pool.Acquire(ctx)
@@ -536,16 +536,20 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 }
 
 // relayStore opens a pool on url configured as the relay's
-// (claim.Config.ConfigurePool) and a store on it.
-func relayStore(t *testing.T, url string) (*pgxpool.Pool, *claim.Store) {
+// (cfg.ConfigurePool), then changed by tune, if any, and a store with cfg
+// on it.
+func relayStore(t *testing.T, url string, cfg claim.Config, tune ...func(*pgxpool.Config)) (*pgxpool.Pool, *claim.Store) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
+	pcfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
-	claim.Config{}.ConfigurePool(cfg)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	cfg.ConfigurePool(pcfg)
+	for _, f := range tune {
+		f(pcfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s, err := claim.New(pool, claim.Config{})
+	s, err := claim.New(pool, cfg)
 	require.NoError(t, err)
 	return pool, s
 }
