@@ -42,3 +42,22 @@ func TestClaimIsPlannedOnceAndReused(t *testing.T) {
 		})
 	}
 }
+
+// The relay's sessions never compile a statement with LLVM. Under the
+// store's settings the table check, which has no index to walk, is costed
+// above 10^10 (enable_seqscan off) and was compiled and inlined at every
+// execution: 100 to 200 ms of the backend's CPU every 15 s at rest.
+func TestTableCheckCompilesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, setup := testkit.NewOutbox(t)
+	pool, s := relayStore(t, url, claim.Config{})
+	var available bool // with jit on, as in the setup's session
+	require.NoError(t, setup.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&available))
+	require.True(t, available, "this test needs PostgreSQL's JIT (llvmjit) to show that the relay's sessions turn it off")
+
+	plan := planOf(t, pool, "EXPLAIN "+claim.Statements(s)["check"])
+	require.Contains(t, plan, "Seq Scan", "the check has no index to walk:\n%s", plan)
+	require.NotContains(t, plan, "JIT", plan)
+	require.NoError(t, s.Check(ctx))
+}
