@@ -21,6 +21,7 @@ import (
 	"github.com/outboxrelay/outboxrelay/internal/cli"
 	"github.com/outboxrelay/outboxrelay/internal/health"
 	"github.com/outboxrelay/outboxrelay/internal/metrics"
+	"github.com/outboxrelay/outboxrelay/internal/relay"
 	"github.com/outboxrelay/outboxrelay/notify"
 	"github.com/outboxrelay/outboxrelay/publish"
 )
@@ -33,14 +34,20 @@ type HTTPFlags struct {
 }
 
 // tableCheckEvery is how often readiness checks the table and its trigger
-// while they are in place; the connections are checked every second.
+// while they are in place; the connections are checked every readinessEvery.
 const tableCheckEvery = 15 * time.Second
 
+// readinessEvery is how often the readiness checks run: with the idle
+// relay's reading of the id sequence, on the same instants, so that an idle
+// relay wakes once for both.
+const readinessEvery = relay.IdleInsertsEvery
+
 // postgresAnswersWithin is how recent an answer to one of the relay's
-// statements must be for the postgres check to pass without a ping: twice
-// the idle relay's reading of the id sequence (every second), so at rest
-// the readiness check sends nothing of its own.
-const postgresAnswersWithin = 2 * time.Second
+// statements must be for the postgres check to pass without a ping: a
+// second longer than the idle relay's reading of the id sequence, which
+// comes at the readiness round's instants, so at rest the readiness check
+// sends nothing of its own.
+const postgresAnswersWithin = relay.IdleInsertsEvery + time.Second
 
 // httpShutdownTimeout bounds the endpoints' shutdown after the relay's.
 const httpShutdownTimeout = 5 * time.Second
@@ -139,7 +146,8 @@ func (f HTTPFlags) newOps(p opsParts, log *slog.Logger) (*ops, error) {
 		}},
 	)
 	o.monitor, err = health.New(health.Config{
-		Checks: checks,
+		Interval: readinessEvery,
+		Checks:   checks,
 		// The rabbitmq check sets its own gauges: connected and blocked
 		// apart.
 		OnResult: func(name string, err error) {

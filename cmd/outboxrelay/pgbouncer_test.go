@@ -29,7 +29,7 @@ func requireCleanLog(t *testing.T, out string) {
 // TestRelayBehindPgBouncer runs the relay as the issue's user does: its
 // pool through PgBouncer in transaction pooling, and only --listener-url
 // direct. It migrates a fresh database through the listener URL, delivers
-// 500 events written through PgBouncer and woken by notifications (the
+// events written through PgBouncer and woken by notifications (the
 // fallback poll is an hour), closes
 // and opens the gate under a burst, samples the table, cleans up, restarts,
 // and the admin commands work through PgBouncer too. Nothing is logged at
@@ -75,22 +75,27 @@ func TestRelayBehindPgBouncer(t *testing.T) {
 		}))
 		collect(t, queue, seen, len(seen)+1, 30*time.Second)
 	}
-	// A burst of small transactions, faster than --busy-rate: the gate
-	// closes while the relay polls, and opens once the burst is over.
-	for range 48 {
+	// A burst of small transactions, faster than --busy-rate, until the gate
+	// closes (the relay then polls), and no more: it opens once the burst
+	// is over. The rate spans the last few samples, and an idle relay's
+	// came seconds apart, so how many inserts that takes varies.
+	burst := 0
+	for !strings.Contains(p.Out.String(), "busy: gate closed") {
+		require.Less(t, burst, 5000, "the gate never closed")
 		testkit.InsertEvents(t, insertPool, 10)
+		burst += 10
 	}
-	collect(t, queue, seen, 500, 60*time.Second)
-	testkit.WaitFor(t, 30*time.Second, "the gate to close and open again", func() bool {
+	total := len(seen) + burst
+	collect(t, queue, seen, total, 60*time.Second)
+	testkit.WaitFor(t, 30*time.Second, "the gate to open again", func() bool {
 		out := p.Out.String()
-		closed := strings.Index(out, "busy: gate closed")
-		return closed >= 0 && strings.Contains(out[closed:], "idle: gate open")
+		return strings.Contains(out[strings.Index(out, "busy: gate closed"):], "idle: gate open")
 	})
 	testkit.WaitFor(t, 30*time.Second, "cleanup to delete every published event", func() bool {
 		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`) == 0
 	})
 	testkit.AwaitMetrics(t, addr, 30*time.Second, "the table sampled", func(m testkit.Metrics) bool {
-		return m.Value("outboxrelay_table_sampler") == 1 && m.Value("outboxrelay_events_published_total") == 500
+		return m.Value("outboxrelay_table_sampler") == 1 && m.Value("outboxrelay_events_published_total") == float64(total)
 	})
 	p.Stop(30 * time.Second)
 	requireCleanLog(t, p.Out.String())
@@ -111,7 +116,7 @@ func TestRelayBehindPgBouncer(t *testing.T) {
 
 	// Restarted, the relay delivers what came meanwhile.
 	p = startRelay(t, env)
-	collect(t, queue, seen, 503, 30*time.Second)
+	collect(t, queue, seen, total+3, 30*time.Second)
 	p.Stop(30 * time.Second)
 	requireCleanLog(t, p.Out.String())
 	require.Zero(t, seen.Duplicates())

@@ -43,7 +43,7 @@ type requeueSignals interface {
 // came back empty, so that the floor parks what it could not take, with
 // the time each falls due: a scheduled event written to an idle relay
 // wakes it at its time; the steering when it sees a requeue at one of its
-// samples (every idleInsertsEvery while idle).
+// samples (every IdleInsertsEvery while idle).
 func (r *Relay) advance(ctx context.Context) {
 	f := r.cfg.Floor
 	requeues, _ := r.listener.(requeueSignals)

@@ -59,12 +59,14 @@ const (
 // for it.
 const insertsTimeout = time.Second
 
-// idleInsertsEvery is how often an open gate with nothing claimed reads the
+// IdleInsertsEvery is how often an open gate with nothing claimed reads the
 // id sequence: the interval within which an insert whose notification was
 // lost is found while the relay is idle. Each reading is a round trip that
 // wakes the relay and its backend, which is most of what an idle relay
 // costs; a sample that sees the sequence move goes back to the busy pace.
-const idleInsertsEvery = time.Second
+// The readiness round runs on the same instants (cmd/outboxrelay), so an
+// idle relay wakes once for both (decision 0007).
+const IdleInsertsEvery = 2 * time.Second
 
 // meter follows the highest id claimed: ids come from one sequence, so its
 // growth is the table's insert rate, whichever relay claimed the rows.
@@ -122,7 +124,7 @@ func (r *rateRing) add(s rateSample) float64 {
 // The rate is the growth of the highest id seen: the ids claimed and, with
 // Config.Inserts, the id sequence's last value, read at every sample while
 // the gate is closed and, while it is open, at a sample after a claim and
-// otherwise every idleInsertsEvery. A relay that falls behind its
+// otherwise every IdleInsertsEvery. A relay that falls behind its
 // producers therefore keeps the gate closed while they insert fast,
 // instead of reading its own slowness as quiet and making every insert
 // notify again; and an open gate whose notifications do not come (the
@@ -164,7 +166,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 	}
 	// quiet is whether the last sample, with the gate open, saw nothing
 	// claimed and the sequence standing still: the relay is idle, and
-	// samples on the wall clock's whole seconds (idleInsertsEvery) instead
+	// samples on the wall clock's whole seconds (IdleInsertsEvery) instead
 	// of every rateSampleEvery until a sample sees either move. The rate
 	// is the ring's growth over its samples' times, so the longer spacing
 	// does not bias it.
@@ -178,7 +180,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			// On the wall clock's whole seconds, with the readiness
 			// monitor's rounds (pace.Next): one wake-up for both.
 			now := r.cfg.Clock.Now()
-			wait = pace.Next(now, idleInsertsEvery).Sub(now)
+			wait = pace.Next(now, IdleInsertsEvery).Sub(now)
 		}
 		select {
 		case <-ctx.Done():
@@ -211,7 +213,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		active := seen != claimed // claimed something since the last sample
 		before := inserted
 		if r.cfg.Inserts != nil && !insertsOff && (!open || active || !now.Before(nextRead)) {
-			nextRead = pace.Next(now, idleInsertsEvery)
+			nextRead = pace.Next(now, IdleInsertsEvery)
 			id, err := r.lastInsert(ctx)
 			switch {
 			case errors.Is(err, claim.ErrInsertsUnreadable):
