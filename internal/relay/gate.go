@@ -166,7 +166,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 	}
 	// quiet is whether the last sample, with the gate open, saw nothing
 	// claimed and the sequence standing still: the relay is idle, and
-	// samples on the wall clock's whole seconds (IdleInsertsEvery) instead
+	// samples on the wall clock's multiples of IdleInsertsEvery instead
 	// of every rateSampleEvery until a sample sees either move. The rate
 	// is the ring's growth over its samples' times, so the longer spacing
 	// does not bias it.
@@ -177,8 +177,8 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		case !open:
 			wait = r.cfg.BusyPollInterval
 		case quiet:
-			// On the wall clock's whole seconds, with the readiness
-			// monitor's rounds (pace.Next): one wake-up for both.
+			// On the wall clock's multiples of IdleInsertsEvery, with the
+			// readiness monitor's rounds (pace.Next): one wake-up for both.
 			now := r.cfg.Clock.Now()
 			wait = pace.Next(now, IdleInsertsEvery).Sub(now)
 		}
