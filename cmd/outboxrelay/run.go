@@ -39,7 +39,7 @@ type RunCmd struct {
 
 	Migrate  bool          `name:"migrate" env:"OUTBOX_MIGRATE" default:"true" negatable:"" help:"Before relaying, apply the schema migrations, which create the table outbox, and install the trigger for --channel and the index --ordering needs; a table of your own (another --table, or other columns or statuses) needs --no-migrate, once outboxrelay migrate or sql has set it up."`
 	Gate     bool          `name:"gate" env:"OUTBOX_GATE" default:"true" negatable:"" help:"Silence the trigger's NOTIFY while the relay is busy (--no-gate: producers notify while a relay listens)."`
-	BusyRate float64       `name:"busy-rate" env:"OUTBOX_BUSY_RATE" default:"2000" help:"Inserts per second above which the relay closes the gate and polls every --busy-poll-interval; it reopens below half of it. Producers queued on the NOTIFY lock close it below this rate too."`
+	BusyRate float64       `name:"busy-rate" env:"OUTBOX_BUSY_RATE" default:"1000" help:"Inserts per second above which the relay closes the gate and polls every --busy-poll-interval; it reopens below half of it. Producers queued on the NOTIFY lock close it below this rate too."`
 	BusyPoll time.Duration `name:"busy-poll-interval" env:"OUTBOX_BUSY_POLL_INTERVAL" default:"2ms" help:"How often a busy relay claims."`
 
 	Exchange       string        `name:"exchange" env:"OUTBOX_EXCHANGE" default:"outbox" help:"Exchange for rows whose exchange column is NULL."`

@@ -75,7 +75,10 @@ type Config struct {
 	// last value. With Inserts, the relay also closes the Gate below
 	// BusyRate when producers queue on PostgreSQL's NOTIFY lock (see
 	// Inserts), and then opens it below a quarter of the rate at which it closed.
-	// Only used with a Gate. Default 2000.
+	// Only used with a Gate. Default 1000: twice the claims a busy poll
+	// makes at the default BusyPollInterval, so the Gate opens where an
+	// open gate's claim per notification costs what polling does
+	// (decision 0009).
 	BusyRate float64
 	// Inserts, if set, reads the producers' pace (*claim.Store has it):
 	// how far they have inserted (the id sequence's last value) and how
@@ -137,7 +140,7 @@ func (c Config) withDefaults() Config {
 	c.CleanupBatch = cmp.Or(c.CleanupBatch, 1000)
 	c.MarkRetry = cmp.Or(c.MarkRetry, 30*time.Second)
 	c.MarkDelay = cmp.Or(c.MarkDelay, 20*time.Millisecond)
-	c.BusyRate = cmp.Or(c.BusyRate, 2000)
+	c.BusyRate = cmp.Or(c.BusyRate, 1000)
 	c.BusyPollInterval = cmp.Or(c.BusyPollInterval, 2*time.Millisecond)
 	c.AdvanceInterval = cmp.Or(c.AdvanceInterval, 50*time.Millisecond)
 	c.CloudEventsSource = cmp.Or(c.CloudEventsSource, "outboxrelay")

@@ -81,6 +81,21 @@ func TestProducersQueuedOnTheNotifyLockCloseTheGateBelowBusyRate(t *testing.T) {
 	require.True(t, reopened, "the gate stayed closed once the producers stopped")
 }
 
+// With the default BusyRate, a single producer connection that notifies
+// closes the gate: beside a relay claiming each of its notifications it
+// commits 1,000 to 1,600 times a second on a 2-core machine, and would
+// keep paying for NOTIFY at that rate below a busy rate of 2,000/s
+// (decision 0009). At 400/s the gate stays open: a claim per notification
+// costs less there than a busy poll.
+func TestTheDefaultBusyRateClosesTheGateForOneNotifyingProducer(t *testing.T) {
+	t.Parallel()
+	g := startGateRun(t, 0)
+	closed, _ := g.run(time.Second, 400)
+	require.False(t, closed, "the gate closed at 400 inserts/s")
+	closed, _ = g.run(time.Second, 1200)
+	require.True(t, closed, "the gate stayed open at 1,200 inserts/s, a single notifying producer's pace")
+}
+
 // An open gate whose notifications do not come (the trigger disabled, a
 // notification lost) follows the id sequence all the same: with nothing
 // claimed it reads the sequence every second, claims when the sequence
