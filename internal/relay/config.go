@@ -84,10 +84,10 @@ type Config struct {
 	// how far they have inserted (the id sequence's last value) and how
 	// many of their commits queue on PostgreSQL's NOTIFY lock. The relay
 	// reads the sequence every 50ms while the Gate is closed, and while it
-	// is open every 50ms after a claim and every second otherwise: when the
-	// sequence moves past the ids claimed with nothing claimed meanwhile,
-	// the notifications did not come (the trigger disabled, a notification
-	// lost), and the relay claims (and closes the Gate above BusyRate)
+	// is open every 50ms after a claim and every IdleInsertsEvery
+	// otherwise: when the sequence moves past the ids claimed with nothing
+	// claimed meanwhile, the notifications did not come (the trigger
+	// disabled, a notification lost), and the relay claims (and closes the Gate above BusyRate)
 	// rather than leave the events to PollInterval. It reads the lock's
 	// waiters at a reading after a claim while the Gate is open and the
 	// rate is at least 100/s, and closes the Gate when they average 2 over

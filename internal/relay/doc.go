@@ -17,10 +17,10 @@
 // producers stop paying for NOTIFY, and claims every BusyPollInterval;
 // below half of it, it opens the gate, waits out the producers that saw it
 // closed, and claims once more, so no wake-up is lost. With Inserts, an
-// open gate reads the sequence every second while nothing is claimed, and
-// claims when it moved past the ids claimed: an insert whose notification
-// never came (a lost notification, a disabled trigger) waits that long,
-// not the fallback poll.
+// open gate reads the sequence every IdleInsertsEvery (2 s) while nothing
+// is claimed, and claims when it moved past the ids claimed: an insert
+// whose notification never came (a lost notification, a disabled trigger)
+// waits that long, not the fallback poll.
 //
 // A batch holds its rows by a lease, which the relay renews from half-way
 // through for as long as the batch is in flight (a broker that blocks the

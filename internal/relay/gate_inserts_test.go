@@ -98,7 +98,7 @@ func TestTheDefaultBusyRateClosesTheGateForOneNotifyingProducer(t *testing.T) {
 
 // An open gate whose notifications do not come (the trigger disabled, a
 // notification lost) follows the id sequence all the same: with nothing
-// claimed it reads the sequence every second, claims when the sequence
+// claimed it reads the sequence every IdleInsertsEvery, claims when the sequence
 // passed the ids claimed, and closes the gate while producers insert
 // 20,000/s, as it would had every insert notified. A relay that read the
 // sequence only after a claim would claim nothing here (the fallback poll
@@ -235,7 +235,7 @@ func (g *gateRun) awaitBatches(n int64, what string) {
 }
 
 // run advances the clock by total, step by step of the gate's own timer
-// (the 50 ms rate sample while open, a second while open and idle, the 2 ms
+// (the 50 ms rate sample while open, IdleInsertsEvery while open and idle, the 2 ms
 // busy poll while closed).
 // Producers insert perSecond meanwhile; while the gate is open, each step
 // brings a notification, as the trigger would send, unless silent. It

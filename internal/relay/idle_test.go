@@ -31,7 +31,7 @@ func shortTimers(d *dispatcher) []time.Duration {
 }
 
 // An idle relay keeps one short timer: the gate's sample of the id
-// sequence every second (the interval within which a lost notification is
+// sequence every IdleInsertsEvery (the interval within which a lost notification is
 // found). The floor's advance loop, which ticks every 50 ms while the relay
 // claims, waits without a timer until a claim takes rows; then it ticks
 // again, and so does the gate's rate sample.
@@ -72,7 +72,7 @@ func TestIdleRelayKeepsOneShortTimerUntilAClaim(t *testing.T) {
 		}
 		d.clock.Advance(l)
 	}
-	// Idle: the gate samples every second, and no other timer falls due
+	// Idle: the gate samples every IdleInsertsEvery, and no other timer falls due
 	// before (advanceTo fails if one does); the floor is left alone.
 	for range 5 {
 		d.advanceTo(t, "the idle sample", relay.IdleInsertsEvery)
