@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +45,8 @@ func BenchmarkConsumer(b *testing.B) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	require.NoError(b, err)
 	cfg.MaxConns, cfg.MinConns = 34, 34
+	commits := &commitCounter{}
+	cfg.ConnConfig.Tracer = commits
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(b, err)
 	b.Cleanup(pool.Close)
@@ -55,7 +56,7 @@ func BenchmarkConsumer(b *testing.B) {
 	warm(b, pool, int(cfg.MaxConns))
 	for round := 1; round <= *benchRounds; round++ {
 		for _, kind := range []string{"plain", "plain+select", "inbox"} {
-			b.Run(fmt.Sprintf("round=%d/%s", round, kind), func(b *testing.B) { benchConsume(b, pool, kind) })
+			b.Run(fmt.Sprintf("round=%d/%s", round, kind), func(b *testing.B) { benchConsume(b, pool, commits, kind) })
 		}
 	}
 }
@@ -76,19 +77,19 @@ func benchWork(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
 
 // benchConsume consumes b.N messages with the plain consumer or the inbox
 // and reports the figures.
-func benchConsume(b *testing.B, pool *pgxpool.Pool, kind string) {
+func benchConsume(b *testing.B, pool *pgxpool.Pool, commits *commitCounter, kind string) {
 	queue := benchQueue(b, b.N)
-	db := &countingDB{pool: pool, target: int64(b.N), done: make(chan struct{})}
 	cpu := startCPU(b, pool)
 	wal := walPosition(b, pool)
+	done := commits.expect(int64(b.N))
 	b.ResetTimer()
 	start := time.Now()
 	var stop func() error
 	switch kind {
 	case "plain":
-		stop = runPlain(b, queue, db, benchWork)
+		stop = runPlain(b, queue, pool, benchWork)
 	case "plain+select":
-		stop = runPlain(b, queue, db, func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
+		stop = runPlain(b, queue, pool, func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
 			if _, err := tx.Exec(ctx, `SELECT $1::text`, d.MessageId); err != nil {
 				return err
 			}
@@ -96,16 +97,16 @@ func benchConsume(b *testing.B, pool *pgxpool.Pool, kind string) {
 		})
 	default:
 		c, err := inbox.New(inbox.Config{
-			AMQPURL: amqpURL(), Queue: queue, Name: "bench", DB: db, Handler: benchWork,
+			AMQPURL: amqpURL(), Queue: queue, Name: "bench", DB: pool, Handler: benchWork,
 			Prefetch: 32, CleanupInterval: -1,
 		})
 		require.NoError(b, err)
 		stop = startConsumer(b, c)
 	}
 	select {
-	case <-db.done:
+	case <-done:
 	case <-time.After(10 * time.Minute):
-		b.Fatalf("%d of %d messages processed in 10 minutes", db.committed.Load(), b.N)
+		b.Fatalf("%d of %d messages processed in 10 minutes", commits.count(), b.N)
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
@@ -120,39 +121,50 @@ func benchConsume(b *testing.B, pool *pgxpool.Pool, kind string) {
 	b.ReportMetric(walBytes/n, "wal-B/msg")
 }
 
-// countingDB begins transactions on pool and closes done once target of
-// them committed: the end of the benchmark, for both consumers.
-type countingDB struct {
-	pool      *pgxpool.Pool
+// commitCounter counts the commits on the benchmark's pool (a pgx query
+// tracer) and closes done once target of them succeeded: the end of a
+// benchmark, for every consumer.
+type commitCounter struct {
+	mu        sync.Mutex
 	target    int64
-	committed atomic.Int64
+	committed int64
 	done      chan struct{}
 }
 
-func (db *countingDB) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return countingTx{tx, db}, nil
+// expect resets the counter to wait for target commits, and returns the
+// channel closed once they happened.
+func (c *commitCounter) expect(target int64) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.target, c.committed, c.done = target, 0, make(chan struct{})
+	return c.done
 }
 
-type countingTx struct {
-	pgx.Tx
-	db *countingDB
+// count returns the commits since the last expect.
+func (c *commitCounter) count() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.committed
 }
 
-func (tx countingTx) Commit(ctx context.Context) error {
-	err := tx.Tx.Commit(ctx)
-	if err == nil && tx.db.committed.Add(1) == tx.db.target {
-		close(tx.db.done)
+func (c *commitCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (c *commitCounter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if data.Err != nil || data.CommandTag.String() != "COMMIT" {
+		return
 	}
-	return err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.committed++; c.committed == c.target {
+		close(c.done)
+	}
 }
 
 // runPlain consumes queue with amqp091 alone: for each delivery, a
 // transaction running work, the commit, then the ack. It returns a stop.
-func runPlain(b *testing.B, queue string, db *countingDB, work inbox.Handler) func() error {
+func runPlain(b *testing.B, queue string, db *pgxpool.Pool, work inbox.Handler) func() error {
 	conn, err := amqp.Dial(amqpURL())
 	require.NoError(b, err)
 	ch, err := conn.Channel()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -61,31 +60,13 @@ func (c *Consumer) runCleanup(ctx context.Context) {
 	}
 }
 
-// exec runs one statement on Config.DB: directly when it has Exec (a
-// pool), else in a transaction of its own.
+// exec runs one statement on Config.DB.
 func (c *Consumer) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if db, ok := c.cfg.DB.(Execer); ok {
-		return db.Exec(ctx, sql, args...)
-	}
-	var tag pgconn.CommandTag
-	err := pgx.BeginFunc(ctx, c.cfg.DB, func(tx pgx.Tx) error {
-		var err error
-		tag, err = tx.Exec(ctx, sql, args...)
-		return err
-	})
-	return tag, err
+	return c.cfg.DB.Exec(ctx, sql, args...)
 }
 
-// queryRow runs one statement that returns a row into dest, on Config.DB
-// as exec does; pgx.ErrNoRows when it returns none.
+// queryRow runs one statement that returns a row into dest, on Config.DB;
+// pgx.ErrNoRows when it returns none.
 func (c *Consumer) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
-	type queryRower interface {
-		QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	}
-	if db, ok := c.cfg.DB.(queryRower); ok {
-		return db.QueryRow(ctx, sql, args...).Scan(dest...)
-	}
-	return pgx.BeginFunc(ctx, c.cfg.DB, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, sql, args...).Scan(dest...)
-	})
+	return c.cfg.DB.QueryRow(ctx, sql, args...).Scan(dest...)
 }

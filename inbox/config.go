@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -21,13 +22,12 @@ import (
 // panicking) rolls tx back: the message id is not recorded and the delivery
 // is tried again, up to Config.MaxAttempts. The handler must not commit or
 // roll back tx, nor ack, reject or nack d: the consumer does.
+//
+// tx is the inbox's own pgx.Tx, begun in the round trip that records the
+// message. It works as pgx's does (tx.Begin makes a savepoint), except
+// LargeObjects, which panics with ErrLargeObjects. Once the handler
+// returned, tx refuses every call with pgx.ErrTxClosed.
 type Handler func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error
-
-// Beginner is what the consumer needs of the database: *pgxpool.Pool
-// satisfies it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Execer runs DDL: *pgxpool.Pool, *pgx.Conn, pgx.Tx satisfy it.
 type Execer interface {
@@ -48,8 +48,10 @@ type Config struct {
 	// services that must each see every message have different names; the
 	// copies of one service share one. Required.
 	Name string
-	// DB begins the handler's transactions. Required.
-	DB Beginner
+	// DB is the pool of the handlers' transactions, of the counts of failed
+	// attempts and of the cleanup; with at least Prefetch + 1 connections
+	// no handler waits for one. Required.
+	DB *pgxpool.Pool
 	// Handler applies a delivery's effects. Required.
 	Handler Handler
 	// Table is the inbox table; default "inbox". It may be schema-qualified

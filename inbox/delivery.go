@@ -111,41 +111,64 @@ func (c *Consumer) deliver(ctx, hctx context.Context, d amqp.Delivery) {
 
 // attempt runs the handler once for d in a new transaction, preceded by
 // the insert that records the message (or finds it processed), and
-// commits. attempts is the number of failed attempts so far, for failed
-// and exhausted.
+// commits; when the handler failed, it counts the attempt. attempts is the
+// number of failed attempts so far, for failed and exhausted.
 func (c *Consumer) attempt(hctx context.Context, id string, d amqp.Delivery, log deliveryLog) (_ outcome, attempts int, _ error) {
-	faulty := func(err error) (outcome, int, error) {
-		if hctx.Err() != nil {
-			return aborted, 0, err
-		}
-		return fault, 0, err
+	result, attempts, herr := c.transact(hctx, id, d, log)
+	if result != failed {
+		return result, attempts, herr
 	}
-	bctx, cancel := context.WithTimeout(hctx, opTimeout)
-	tx, err := c.cfg.DB.Begin(bctx)
+	// Counted on another connection, once the handler's transaction rolled
+	// back and released the row lock this statement would wait for.
+	attempts, err := c.recordFailure(hctx, id, herr)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return duplicate, 0, nil // a concurrent copy processed it meanwhile
+	case err != nil:
+		return faultOrAborted(hctx, fmt.Errorf("inbox: count failed attempt: %w (after the handler's error: %w)", err, herr))
+	case attempts >= c.cfg.MaxAttempts:
+		return exhausted, attempts, herr
+	}
+	return failed, attempts, herr
+}
+
+// faultOrAborted is the outcome of a database failure: aborted once the
+// shutdown timeout cancelled hctx, else fault.
+func faultOrAborted(hctx context.Context, err error) (outcome, int, error) {
+	if hctx.Err() != nil {
+		return aborted, 0, err
+	}
+	return fault, 0, err
+}
+
+// transact runs the handler for d in a transaction on a connection of its
+// own, begun with the record, and commits; it gives the connection back
+// before it returns. failed means the handler failed (its error, a panic,
+// or a commit the server refused): the transaction rolled back and the
+// attempt is still to be counted.
+func (c *Consumer) transact(hctx context.Context, id string, d amqp.Delivery, log deliveryLog) (_ outcome, attempts int, _ error) {
+	actx, cancel := context.WithTimeout(hctx, opTimeout)
+	conn, err := c.cfg.DB.Acquire(actx)
 	cancel()
 	if err != nil {
-		return faulty(fmt.Errorf("inbox: begin: %w", err))
+		return faultOrAborted(hctx, fmt.Errorf("inbox: acquire a connection: %w", err))
 	}
-	done := false
-	rollback := func() {
-		if done {
-			return
-		}
-		done = true
+	defer conn.Release()
+	// The hot path: BEGIN and the record in one round trip. The record's
+	// row lock is held to the end of tx.
+	tx, attempts, err := begin(hctx, conn.Conn(), c.sql.mark, c.cfg.Name, id)
+	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), opTimeout)
 		defer cancel()
 		if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 			log.Debug("rollback", "error", err)
 		}
-	}
-	defer rollback()
-
-	// The hot path: one statement. Its row lock is held to the end of tx.
-	if err := tx.QueryRow(hctx, c.sql.mark, c.cfg.Name, id).Scan(&attempts); err != nil {
+	}()
+	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return duplicate, 0, nil
 		}
-		return faulty(fmt.Errorf("inbox: record message: %w", err))
+		return faultOrAborted(hctx, fmt.Errorf("inbox: begin and record message: %w", err))
 	}
 	if attempts >= c.cfg.MaxAttempts {
 		// Counted out before (and not rejected then: a crash, a cut).
@@ -159,14 +182,13 @@ func (c *Consumer) attempt(hctx context.Context, id string, d amqp.Delivery, log
 		cctx, cancel := context.WithTimeout(hctx, opTimeout)
 		herr = tx.Commit(cctx)
 		cancel()
-		done = true
 		if herr == nil {
 			return processed, 0, nil
 		}
 		if !commitRefused(herr) {
 			// The commit may or may not have happened: no ack; the next
 			// attempt's insert tells.
-			return faulty(fmt.Errorf("inbox: commit: %w", herr))
+			return faultOrAborted(hctx, fmt.Errorf("inbox: commit: %w", herr))
 		}
 		// The server refused the commit (a deferred constraint), or the
 		// handler left tx failed (it swallowed a statement's error) or
@@ -183,19 +205,7 @@ func (c *Consumer) attempt(hctx context.Context, id string, d amqp.Delivery, log
 	if connectionLost(herr, tx) {
 		return fault, 0, herr
 	}
-	// Release the row lock before counting the attempt on another
-	// connection, which would wait for it.
-	rollback()
-	attempts, err = c.recordFailure(hctx, id, herr)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return duplicate, 0, nil // a concurrent copy processed it meanwhile
-	case err != nil:
-		return faulty(fmt.Errorf("inbox: count failed attempt: %w (after the handler's error: %w)", err, herr))
-	case attempts >= c.cfg.MaxAttempts:
-		return exhausted, attempts, herr
-	}
-	return failed, attempts, herr
+	return failed, 0, herr
 }
 
 // call runs the handler, turning a panic into a *PanicError.
