@@ -48,12 +48,28 @@ const beginSQL = "begin"
 // back.
 func begin(ctx context.Context, conn *pgx.Conn, mark string, args ...any) (*tx, int, error) {
 	var attempts int
+	found := true
 	b := &pgx.Batch{}
 	b.Queue(beginSQL)
-	b.Queue(mark, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&attempts) })
+	b.Queue(mark, args...).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&attempts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Not the batch's error: pgx drops the cached statements of a
+			// batch that fails, and would prepare them again.
+			found = false
+			return nil
+		}
+		return err
+	})
 	t := &tx{conn: conn}
 	t.root = t
-	return t, attempts, conn.SendBatch(ctx, b).Close()
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return t, 0, err
+	}
+	if !found {
+		return t, 0, pgx.ErrNoRows
+	}
+	return t, attempts, nil
 }
 
 func (t *tx) ended() bool { return t.closed || t.root.closed }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -242,4 +243,35 @@ func TestSimpleProtocolPool(t *testing.T) {
 	r, ok := e.record("svc", id)
 	require.True(t, ok)
 	require.True(t, r.Processed)
+}
+
+// A duplicate leaves the connection's prepared statements alone. pgx drops
+// the cached statements of a batch that fails, so the record's "no row"
+// must not fail the batch: the next message would prepare BEGIN and the
+// record again.
+func TestDuplicateKeepsPreparedStatements(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := e.config("svc", func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
+		return e.insertEffect(ctx, tx, d.MessageId, "")
+	})
+	pool := poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 }) // one connection: the consumer's and ours
+	cfg.DB, cfg.CleanupInterval = pool, -1
+	e.start(cfg)
+	prepared := func() time.Time {
+		var at time.Time
+		require.NoError(t, pool.QueryRow(context.Background(),
+			`SELECT prepare_time FROM pg_prepared_statements WHERE starts_with(statement, 'INSERT INTO ' || $1 || ' AS t')`,
+			pgx.Identifier{e.table}.Sanitize()).Scan(&at))
+		return at
+	}
+
+	e.publish("m1", "", nil)
+	eventually(t, wait, func() bool { return e.metric("inbox_processed_total", nil) == 1 }, "m1 not processed")
+	before := prepared()
+	e.publish("m1", "", nil)
+	eventually(t, wait, func() bool { return e.metric("inbox_duplicates_total", nil) == 1 }, "the duplicate not counted")
+	e.publish("m2", "", nil)
+	eventually(t, wait, func() bool { return e.metric("inbox_processed_total", nil) == 2 }, "m2 not processed")
+	require.Equal(t, before, prepared(), "the record was prepared again after the duplicate")
 }
