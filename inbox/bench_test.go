@@ -25,8 +25,8 @@ import (
 // of its own, acked after the commit), both at prefetch 32, on b.N
 // persistent messages published to a fresh queue beforehand. A third
 // consumer, plain+select, is the plain one with one trivial statement
-// (SELECT $1::text of the message id) before the work: the cost of the one
-// round trip the inbox adds, without the inbox's record. Reported:
+// (SELECT $1::text of the message id) before the work: a statement and a
+// round trip more, without the inbox's record. Reported:
 // messages/s, and the CPU milliseconds per 1,000 messages of this process
 // (rusage) and of the PostgreSQL backends of the benchmark's database
 // (/proc/<pid>/stat; PostgreSQL runs on this machine), their sum, and the

@@ -20,10 +20,11 @@
 //
 // # What happens to a delivery
 //
-// For each delivery the consumer begins a transaction and runs one
-// statement, an INSERT ... ON CONFLICT DO UPDATE of the row (consumer,
-// message id) that marks it processed unless it was; then the handler with
-// that transaction; then COMMIT; then the ack. When the row was processed
+// For each delivery the consumer begins a transaction on a connection of
+// Config.DB and, in the same round trip, runs one statement, an INSERT ...
+// ON CONFLICT DO UPDATE of the row (consumer, message id) that marks it
+// processed unless it was; then the handler with that transaction; then
+// COMMIT; then the ack. When the row was processed
 // already, the delivery is a duplicate: the transaction is rolled back and
 // the delivery acked without running the handler. The insert's row lock is
 // held until the transaction ends, so a copy of the message delivered
@@ -36,6 +37,14 @@
 // duplicate. When the commit fails without the server saying so (a lost
 // connection, a timeout), it may have happened: the delivery is not acked,
 // and the next attempt (in process, or a redelivery) finds out.
+//
+// # The handler's transaction
+//
+// The handler's pgx.Tx is the inbox's own: pgx's Begin would send BEGIN in
+// a round trip of its own. It works as pgx's does, savepoints (tx.Begin)
+// included, except LargeObjects, which panics with ErrLargeObjects (the
+// server's lo_* functions work through Exec and QueryRow). Once the handler
+// returned, it refuses every call with pgx.ErrTxClosed.
 //
 // # Ids
 //
