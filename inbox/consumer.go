@@ -15,9 +15,10 @@ import (
 
 const (
 	// opTimeout bounds each database and broker call of the consumer's own
-	// (begin, commit, the failure record, a cleanup batch, cancel), not the
-	// handler, nor the hot-path insert, which may wait on a concurrent
-	// copy's row lock as long as that copy's handler runs.
+	// (acquiring a connection, commit, rollback, the failure record, a
+	// cleanup batch, cancel), not the handler, nor the batch of BEGIN and
+	// the record, which may wait on a concurrent copy's row lock as long as
+	// that copy's handler runs.
 	opTimeout = 30 * time.Second
 	// dialTimeout bounds connecting to the broker.
 	dialTimeout = 10 * time.Second

@@ -44,8 +44,7 @@ const beginSQL = "begin"
 // message, markSQL (rendered in mark) with args, in one round trip, and
 // returns it with the failed attempts markSQL returns. The error is
 // pgx.ErrNoRows when the message was processed already. The transaction
-// is returned with any error after BEGIN was sent: the caller rolls it
-// back.
+// is returned whatever the error: the caller rolls it back.
 func begin(ctx context.Context, conn *pgx.Conn, mark string, args ...any) (*tx, int, error) {
 	var attempts int
 	found := true
