@@ -80,6 +80,9 @@ func (a *Admin) Emit(ctx context.Context, opt EmitOptions) (int64, error) {
 			due = min(due, count-emitted)
 		}
 		for due > 0 {
+			if err := ctx.Err(); err != nil {
+				return emitted, err
+			}
 			n := min(due, emitChunk)
 			if err := a.insert(ctx, opt, emitted+1, emitted+n); err != nil {
 				return emitted, err

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -173,6 +174,64 @@ func TestEmitFinishesTheInsertUnderWayWhenCanceled(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, heldLast, res.n, "the insert under way was not finished and counted: %v", res.err)
+	require.Equal(t, res.n, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`))
+}
+
+// Once ctx ended, Emit starts no insert. At a million events a second
+// each tick makes many chunks due at once; the second insert is held
+// until the test has canceled ctx, and the chunks due after it are not
+// written.
+func TestEmitStartsNoInsertOnceCanceled(t *testing.T) {
+	t.Parallel()
+	_, pool, _ := newAdmin(t, claim.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		calls    int
+		heldLast int64 // the last sequence number of the insert held
+	)
+	underWay := make(chan struct{})
+	db := hookedDB{Pool: pool, exec: func(execCtx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+		mu.Lock()
+		calls++
+		second, late := calls == 2, calls > 2
+		if second {
+			heldLast = args[7].(int64)
+		}
+		mu.Unlock()
+		if late { // refused, not written: the chunks due could take minutes
+			return pgconn.CommandTag{}, errors.New("an insert started after ctx ended")
+		}
+		if second {
+			close(underWay)
+			<-ctx.Done()
+		}
+		return pool.Exec(execCtx, sql, args...)
+	}}
+	a, err := admin.New(db, claim.Config{})
+	require.NoError(t, err)
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := a.Emit(ctx, admin.EmitOptions{Rate: 1e6})
+		done <- result{n, err}
+	}()
+	select {
+	case <-underWay:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no second insert within 30s")
+	}
+	cancel()
+	res := <-done
+	require.ErrorIs(t, res.err, context.Canceled)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 2, calls)
+	require.Equal(t, heldLast, res.n)
 	require.Equal(t, res.n, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`))
 }
 
