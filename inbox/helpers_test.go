@@ -89,12 +89,16 @@ func adminExec(ctx context.Context, databaseURL, sql string) error {
 }
 
 // newPool opens a pool of up to 40 connections (more than a consumer's
-// prefetch) on databaseURL, closed when the test ends.
-func newPool(t testing.TB, databaseURL string) *pgxpool.Pool {
+// prefetch) on databaseURL, then changed by configure, closed when the
+// test ends.
+func newPool(t testing.TB, databaseURL string, configure ...func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	require.NoError(t, err)
 	cfg.MaxConns = 40
+	for _, f := range configure {
+		f(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

@@ -57,19 +57,6 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.
 func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// poolWith opens a pool on the tests' database configured by configure,
-// closed when the test ends.
-func poolWith(t *testing.T, configure func(*pgxpool.Config)) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(sharedDatabaseURL)
-	require.NoError(t, err)
-	configure(cfg)
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 // The handler's transaction begins in the round trip that records the
 // message: the inbox adds no round trip of its own to a message's
 // (begin with the record, the handler's statements, commit).
@@ -80,7 +67,7 @@ func TestBeginAndRecordShareARoundTrip(t *testing.T) {
 	cfg := e.config("svc", func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
 		return e.insertEffect(ctx, tx, d.MessageId, "")
 	})
-	cfg.DB = poolWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = trips })
+	cfg.DB = newPool(t, sharedDatabaseURL, func(c *pgxpool.Config) { c.ConnConfig.Tracer = trips })
 	cfg.CleanupInterval = -1
 	e.start(cfg)
 	e.publish("m1", "", nil)
@@ -231,7 +218,7 @@ func TestSimpleProtocolPool(t *testing.T) {
 		got.add(d.MessageId)
 		return e.insertEffect(ctx, tx, d.MessageId, "")
 	})
-	cfg.DB = poolWith(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
+	cfg.DB = newPool(t, sharedDatabaseURL, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol })
 	e.start(cfg)
 	id := `m'1'); DROP TABLE x; --\`
 	e.publish(id, "", nil)
@@ -255,7 +242,7 @@ func TestDuplicateKeepsPreparedStatements(t *testing.T) {
 	cfg := e.config("svc", func(ctx context.Context, tx pgx.Tx, d amqp.Delivery) error {
 		return e.insertEffect(ctx, tx, d.MessageId, "")
 	})
-	pool := poolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 }) // one connection: the consumer's and ours
+	pool := newPool(t, sharedDatabaseURL, func(c *pgxpool.Config) { c.MaxConns = 1 }) // one connection: the consumer's and ours
 	cfg.DB, cfg.CleanupInterval = pool, -1
 	e.start(cfg)
 	prepared := func() time.Time {

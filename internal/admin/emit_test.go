@@ -124,83 +124,35 @@ func TestEmitAtARateWithoutACountRunsUntilCanceled(t *testing.T) {
 	require.Equal(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`), res.n)
 }
 
-// An insert under way when ctx ends is finished, and counted: what Emit
-// reports is what was committed. The second insert here is held until the
-// test has canceled ctx.
-func TestEmitFinishesTheInsertUnderWayWhenCanceled(t *testing.T) {
-	t.Parallel()
-	_, pool, _ := newAdmin(t, claim.Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var (
-		mu       sync.Mutex
-		calls    int
-		heldLast int64 // the last sequence number of the insert held
-	)
-	underWay := make(chan struct{})
-	db := hookedDB{Pool: pool, exec: func(execCtx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-		mu.Lock()
-		calls++
-		second := calls == 2
-		if second {
-			heldLast = args[7].(int64)
-		}
-		mu.Unlock()
-		if second {
-			close(underWay)
-			<-ctx.Done()
-		}
-		return pool.Exec(execCtx, sql, args...)
-	}}
-	a, err := admin.New(db, claim.Config{})
-	require.NoError(t, err)
-	type result struct {
-		n   int64
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := a.Emit(ctx, admin.EmitOptions{Rate: 50})
-		done <- result{n, err}
-	}()
-	select {
-	case <-underWay:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no second insert within 30s")
-	}
-	cancel()
-	res := <-done
-	require.ErrorIs(t, res.err, context.Canceled)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, heldLast, res.n, "the insert under way was not finished and counted: %v", res.err)
-	require.Equal(t, res.n, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`))
+// heldEmit is how an Emit canceled during its second insert ended.
+type heldEmit struct {
+	n        int64 // what Emit returned
+	err      error
+	calls    int   // the inserts Emit started
+	heldLast int64 // the last sequence number of the insert held
 }
 
-// Once ctx ended, Emit starts no insert. At a million events a second
-// each tick makes many chunks due at once; the second insert is held
-// until the test has canceled ctx, and the chunks due after it are not
-// written.
-func TestEmitStartsNoInsertOnceCanceled(t *testing.T) {
-	t.Parallel()
-	_, pool, _ := newAdmin(t, claim.Config{})
+// emitCanceledDuringSecondInsert runs Emit at rate on pool with its second
+// insert held until the test has canceled ctx. With refuseLate, an insert
+// started after that one is refused instead of written.
+func emitCanceledDuringSecondInsert(t *testing.T, pool *pgxpool.Pool, rate float64, refuseLate bool) heldEmit {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
-		mu       sync.Mutex
-		calls    int
-		heldLast int64 // the last sequence number of the insert held
+		mu  sync.Mutex
+		got heldEmit
 	)
 	underWay := make(chan struct{})
 	db := hookedDB{Pool: pool, exec: func(execCtx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 		mu.Lock()
-		calls++
-		second, late := calls == 2, calls > 2
+		got.calls++
+		second, late := got.calls == 2, got.calls > 2
 		if second {
-			heldLast = args[7].(int64)
+			got.heldLast = args[7].(int64)
 		}
 		mu.Unlock()
-		if late { // refused, not written: the chunks due could take minutes
+		if late && refuseLate { // refused, not written: the chunks due could take minutes
 			return pgconn.CommandTag{}, errors.New("an insert started after ctx ended")
 		}
 		if second {
@@ -217,7 +169,7 @@ func TestEmitStartsNoInsertOnceCanceled(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := a.Emit(ctx, admin.EmitOptions{Rate: 1e6})
+		n, err := a.Emit(ctx, admin.EmitOptions{Rate: rate})
 		done <- result{n, err}
 	}()
 	select {
@@ -227,11 +179,35 @@ func TestEmitStartsNoInsertOnceCanceled(t *testing.T) {
 	}
 	cancel()
 	res := <-done
-	require.ErrorIs(t, res.err, context.Canceled)
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, 2, calls)
-	require.Equal(t, heldLast, res.n)
+	got.n, got.err = res.n, res.err
+	return got
+}
+
+// An insert under way when ctx ends is finished, and counted: what Emit
+// reports is what was committed. The second insert here is held until the
+// test has canceled ctx.
+func TestEmitFinishesTheInsertUnderWayWhenCanceled(t *testing.T) {
+	t.Parallel()
+	_, pool, _ := newAdmin(t, claim.Config{})
+	res := emitCanceledDuringSecondInsert(t, pool, 50, false)
+	require.ErrorIs(t, res.err, context.Canceled)
+	require.Equal(t, res.heldLast, res.n, "the insert under way was not finished and counted: %v", res.err)
+	require.Equal(t, res.n, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`))
+}
+
+// Once ctx ended, Emit starts no insert. At a million events a second
+// each tick makes many chunks due at once; the second insert is held
+// until the test has canceled ctx, and the chunks due after it are not
+// written.
+func TestEmitStartsNoInsertOnceCanceled(t *testing.T) {
+	t.Parallel()
+	_, pool, _ := newAdmin(t, claim.Config{})
+	res := emitCanceledDuringSecondInsert(t, pool, 1e6, true)
+	require.ErrorIs(t, res.err, context.Canceled)
+	require.Equal(t, 2, res.calls)
+	require.Equal(t, res.heldLast, res.n)
 	require.Equal(t, res.n, testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox`))
 }
 
