@@ -40,11 +40,11 @@
 // notification per insert caps busy producers. Close holds an exclusive
 // advisory lock, in a transaction the server ends after a TTL without
 // refresh, and the trigger, trying that lock shared in its WHEN clause and
-// failing, is skipped, NOTIFY with it; Open commits the transaction and then waits, through pg_locks,
-// for every transaction that held the outbox's ROW EXCLUSIVE lock at that
-// moment, so the claim that follows sees the events of every producer that
-// may have found the gate closed. The trigger only tries the lock:
-// producers never wait for a relay.
+// failing, is skipped, NOTIFY with it; Open ends the transaction and then
+// waits, through pg_locks, for every transaction that held the outbox's
+// ROW EXCLUSIVE lock at that moment, so the claim that follows sees the
+// events of every producer that may have found the gate closed. The
+// trigger only tries the lock: producers never wait for a relay.
 //
 // Compatibility: Listener, Gate, their Config and the exported constants
 // are the package's promise; until v1.0.0 a change that breaks them is

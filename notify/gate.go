@@ -82,7 +82,7 @@ type GateDB interface {
 // makes every new try fail. The request waits, in the background, for as
 // long as they run.
 //
-// Open commits that transaction and then waits for every transaction that
+// Open ends that transaction and then waits for every transaction that
 // held the table's ROW EXCLUSIVE lock at that moment, which covers every
 // producer that may have found the gate closed; a claim after Open returns
 // therefore sees every event whose producer did not notify.
@@ -97,12 +97,10 @@ type Gate struct {
 	ttl      time.Duration
 
 	mu sync.Mutex // serializes Open and Close
-	// held is the transaction holding the gate lock. While the lock is
-	// requested and not yet granted, acquiring is where the request's
-	// outcome arrives, and cancel withdraws it.
-	held      pgx.Tx
-	acquiring chan gateLock
-	cancel    context.CancelFunc
+	// held is the transaction holding the gate lock; pending the request
+	// for it while not yet granted.
+	held    pgx.Tx
+	pending *lockRequest
 }
 
 // NewGate returns the gate of channel on the outbox table (an identifier
@@ -149,18 +147,11 @@ func (g *Gate) Check(ctx context.Context) error {
 func (g *Gate) Open(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	_, err := g.db.Exec(ctx, gateOpenSQL, g.sequence)
-	g.settle()
-	if g.held != nil {
-		// A commit that fails leaves the lock released all the same: the
-		// transaction ends with its session.
-		if g.held.Commit(ctx) != nil {
-			g.rollback()
-		}
-		g.held = nil
-	}
+	// The lock first, and on a bound of its own: ending it must not wait
+	// for a connection of db, and a relay leaving calls Open with little
+	// time left.
 	g.release()
-	if err != nil {
+	if _, err := g.db.Exec(ctx, gateOpenSQL, g.sequence); err != nil {
 		return fmt.Errorf("open gate: %w", err)
 	}
 	if err := g.waitWriters(ctx); err != nil {
@@ -228,9 +219,21 @@ func (g *Gate) Close(ctx context.Context) error {
 
 // gateLock is the outcome of a request for the gate lock.
 type gateLock struct {
-	tx  pgx.Tx // holding the lock; nil on error
-	err error
+	tx   pgx.Tx         // holding the lock; nil on error
+	conn *pgconn.PgConn // the request's, once its transaction began
+	err  error
 }
+
+// lockRequest is a request for the gate lock under way, in a goroutine of
+// its own: its backend waits in the lock's queue for as long as the lock's
+// holders run.
+type lockRequest struct {
+	done    chan gateLock // its outcome, once
+	abandon context.CancelFunc
+}
+
+// withdrawWait bounds the wait for a withdrawn request to leave the server.
+const withdrawWait = time.Second
 
 // hold keeps the gate lock, or requests it; it returns the error of an
 // earlier request that failed, which it makes again. A statement in the
@@ -238,7 +241,7 @@ type gateLock struct {
 func (g *Gate) hold(ctx context.Context) error {
 	failed := g.settle()
 	switch {
-	case g.acquiring != nil:
+	case g.pending != nil:
 		return nil
 	case g.held != nil:
 		if _, err := g.held.Exec(ctx, gateRefreshSQL); err == nil {
@@ -247,10 +250,10 @@ func (g *Gate) hold(ctx context.Context) error {
 		// The session ended (its idle timeout, say), and the lock with it.
 		g.rollback()
 	}
-	lockCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan gateLock, 1)
-	g.acquiring, g.cancel = done, cancel
-	go func() { done <- g.request(lockCtx) }()
+	lockCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	r := &lockRequest{done: make(chan gateLock, 1), abandon: abandon}
+	g.pending = r
+	go func() { r.done <- g.request(lockCtx) }()
 	return failed
 }
 
@@ -260,6 +263,7 @@ func (g *Gate) request(ctx context.Context) gateLock {
 	if err != nil {
 		return gateLock{err: err}
 	}
+	conn := tx.Conn().PgConn()
 	b := &pgx.Batch{}
 	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10), GateApplicationName)
 	b.Queue(gateLockSQL, g.channel, int32(GateLockClass))
@@ -267,39 +271,59 @@ func (g *Gate) request(ctx context.Context) gateLock {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = tx.Rollback(rctx)
-		return gateLock{err: err}
+		return gateLock{conn: conn, err: err}
 	}
-	return gateLock{tx: tx}
+	return gateLock{tx: tx, conn: conn}
 }
 
 // settle takes the outcome of a request that has one, and returns its
 // error.
 func (g *Gate) settle() error {
-	if g.acquiring == nil {
+	if g.pending == nil {
 		return nil
 	}
 	select {
-	case r := <-g.acquiring:
-		g.acquiring = nil
-		g.cancel()
-		g.held = r.tx
-		return r.err
+	case out := <-g.pending.done:
+		g.pending.abandon()
+		g.pending = nil
+		g.held = out.tx
+		return out.err
 	default:
 		return nil
 	}
 }
 
-// release withdraws a request still waiting, and ends a held transaction.
+// release withdraws a request still waiting, and ends a held transaction:
+// once it returns, the gate's session neither holds the lock nor waits for
+// it (unless the server did not answer within withdrawWait).
 func (g *Gate) release() {
-	if g.acquiring != nil {
-		g.cancel()
-		r := <-g.acquiring
-		g.acquiring = nil
-		g.held = r.tx
+	if r := g.pending; r != nil {
+		g.pending = nil
+		g.held = r.withdraw().tx
 	}
 	if g.held != nil {
 		g.rollback()
 	}
+}
+
+// withdraw ends the request and returns its outcome: the lock, if it was
+// granted first. A request cut off while it waits has its connection
+// closed by pgx, which first sends the server a cancel request, over a
+// connection of its own, in the background: the backend leaves the lock's
+// queue a moment after the statement has returned. withdraw waits for that
+// (pgx's cleanup of the connection ends once the backend has gone).
+func (r *lockRequest) withdraw() gateLock {
+	r.abandon()
+	out := <-r.done
+	if out.conn != nil && out.conn.IsClosed() {
+		t := time.NewTimer(withdrawWait)
+		defer t.Stop()
+		select {
+		case <-out.conn.CleanupDone():
+		case <-t.C:
+		}
+	}
+	return out
 }
 
 // rollback ends the held transaction, whose session may be gone.

@@ -135,7 +135,8 @@ func (r *rateRing) add(s rateSample) float64 {
 // poll.
 //
 // At shutdown it opens the gate, for a second at most and no later than
-// the shutdown deadline (drainCtx's end).
+// the shutdown deadline (drainCtx's end); *notify.Gate ends its lock's
+// transaction first, on bounds of its own.
 func (r *Relay) steer(ctx, drainCtx context.Context) {
 	g := r.cfg.Gate
 	open := true
