@@ -43,6 +43,11 @@ func advanceTo(t *testing.T, s *claim.Store, want int64) {
 	require.Equal(t, want, s.Floor())
 }
 
+// setupBackoff is the retry delay of a row a test parks: long enough for
+// the test to publish the rows after it and raise the floor past it before
+// it falls due, on a loaded machine too (once due, it holds the floor).
+const setupBackoff = 3 * time.Second
+
 // pin holds back vacuum's horizon as a pg_dump would: a REPEATABLE READ
 // transaction that has read the outbox, open until the test ends.
 func pin(t *testing.T, pool *pgxpool.Pool) {
@@ -121,7 +126,7 @@ func TestFloorWaitsForAnOpenProducer(t *testing.T) {
 func TestRetriedRowBelowTheFloorIsClaimedWhenDue(t *testing.T) {
 	t.Parallel()
 	_, pool := testkit.NewOutbox(t)
-	s, err := claim.New(pool, claim.Config{RetryMin: 500 * time.Millisecond, RetryMax: 500 * time.Millisecond, Jitter: func() float64 { return 0.5 }})
+	s, err := claim.New(pool, claim.Config{RetryMin: setupBackoff, RetryMax: setupBackoff, Jitter: func() float64 { return 0.5 }})
 	require.NoError(t, err)
 	ctx := context.Background()
 	testkit.InsertEvents(t, pool, 1)
@@ -349,7 +354,7 @@ func TestOrderedClaimFromTheFloorSkipsPublishedRows(t *testing.T) {
 // goes first.
 func TestParkedRowBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
 	t.Parallel()
-	s, pool := newOrderedStore(t, claim.Config{RetryMin: 700 * time.Millisecond, RetryMax: 700 * time.Millisecond, Jitter: func() float64 { return 0.5 }})
+	s, pool := newOrderedStore(t, claim.Config{RetryMin: setupBackoff, RetryMax: setupBackoff, Jitter: func() float64 { return 0.5 }})
 	ctx := context.Background()
 	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'first', '{}')`)
 	b, err := s.Claim(ctx, 10)
@@ -444,7 +449,7 @@ func TestRequeuedDeadLetterBelowTheFloorHoldsItsAggregateBack(t *testing.T) {
 // aggregate's later rows above the floor.
 func TestClaimedParkedHeadHoldsItsAggregateWhileInFlight(t *testing.T) {
 	t.Parallel()
-	s, pool := newOrderedStore(t, claim.Config{RetryMin: 300 * time.Millisecond, RetryMax: 300 * time.Millisecond, Jitter: func() float64 { return 0.5 }})
+	s, pool := newOrderedStore(t, claim.Config{RetryMin: setupBackoff, RetryMax: setupBackoff, Jitter: func() float64 { return 0.5 }})
 	ctx := context.Background()
 	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', 'a', 'first', '{}')`)
 	b, err := s.Claim(ctx, 10)
