@@ -219,9 +219,11 @@ func (g *Gate) Close(ctx context.Context) error {
 
 // gateLock is the outcome of a request for the gate lock.
 type gateLock struct {
-	tx   pgx.Tx         // holding the lock; nil on error
-	conn *pgconn.PgConn // the request's, once its transaction began
-	err  error
+	tx  pgx.Tx // holding the lock; nil on error
+	err error
+	// cleanup, for a request whose connection pgx closed, is closed once
+	// pgx has finished with that connection.
+	cleanup <-chan struct{}
 }
 
 // lockRequest is a request for the gate lock under way, in a goroutine of
@@ -263,17 +265,20 @@ func (g *Gate) request(ctx context.Context) gateLock {
 	if err != nil {
 		return gateLock{err: err}
 	}
-	conn := tx.Conn().PgConn()
 	b := &pgx.Batch{}
 	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10), GateApplicationName)
 	b.Queue(gateLockSQL, g.channel, int32(GateLockClass))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		var cleanup <-chan struct{}
+		if conn := tx.Conn().PgConn(); conn.IsClosed() {
+			cleanup = conn.CleanupDone()
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = tx.Rollback(rctx)
-		return gateLock{conn: conn, err: err}
+		return gateLock{err: err, cleanup: cleanup}
 	}
-	return gateLock{tx: tx, conn: conn}
+	return gateLock{tx: tx}
 }
 
 // settle takes the outcome of a request that has one, and returns its
@@ -315,11 +320,11 @@ func (g *Gate) release() {
 func (r *lockRequest) withdraw() gateLock {
 	r.abandon()
 	out := <-r.done
-	if out.conn != nil && out.conn.IsClosed() {
+	if out.cleanup != nil {
 		t := time.NewTimer(withdrawWait)
 		defer t.Stop()
 		select {
-		case <-out.conn.CleanupDone():
+		case <-out.cleanup:
 		case <-t.C:
 		}
 	}
