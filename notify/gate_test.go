@@ -308,7 +308,7 @@ func TestOpenWithdrawsAQueuedRequestFromTheServer(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
-	const slowDial = 500 * time.Millisecond
+	const slowDial = 400 * time.Millisecond // well within withdrawWait
 	var slow atomic.Bool
 	config, err := pgxpool.ParseConfig(e.url)
 	require.NoError(t, err)
@@ -345,9 +345,9 @@ func TestOpenWithdrawsAQueuedRequestFromTheServer(t *testing.T) {
 	})
 
 	slow.Store(true)
-	openCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	openCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	require.ErrorIs(t, gate.Open(openCtx), context.DeadlineExceeded, "Open waits for the producer that found the gate open")
+	require.ErrorIs(t, gate.Open(openCtx), context.DeadlineExceeded, "Open's deadline passed with the producer in flight")
 	require.Zero(t, gateWaiters(t, e.pool), "Open returned with its withdrawn request still waiting for the gate lock")
 	testkit.Exec(t, e.pool, insertOne)
 	require.Equal(t, "", e.next(t), "an insert after Open did not notify")
