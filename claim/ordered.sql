@@ -76,7 +76,13 @@ runs AS (
     SELECT * FROM (
         SELECT r.id, r.head, r.rank, r.size, row_number() OVER (ORDER BY r.rank, r.head) AS pos
         FROM ranked AS r
-        WHERE r.ok
+        -- An aggregate's rows that pass are a prefix of its ranks (ok, and
+        -- the test below, hold for a row's predecessors if for the row),
+        -- so no row gets a pos below its rank: a row ranked past twice the
+        -- batch is dropped here, before the test and the ordering, which a
+        -- deep aggregate's thousands of candidates would otherwise go
+        -- through.
+        WHERE r.ok AND r.rank <= 2 * $1
           -- Nothing the candidates miss comes before r in its aggregate: a
           -- dead letter (under the block policy), or a requeued one, pending
           -- with its error below the floor and not yet parked (every other
