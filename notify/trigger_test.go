@@ -3,6 +3,9 @@ package notify
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -87,4 +90,34 @@ func TestCheckTriggerFindsOutdatedAndDuplicated(t *testing.T) {
 	ts = inspect(t, pool)
 	require.True(t, ts.Duplicated())
 	require.Equal(t, []string{"outbox_notify"}, ts.Outdated(), "a trigger without WHEN leaves the listen lock to the function")
+}
+
+// The trigger function and the trigger's WHEN clause are written out
+// twice, in the latest migration and in the drop-in script, with the lock
+// classes Go knows as ListenLockClass and GateLockClass: all must agree,
+// and the two functions must be the same text (the script leaves an
+// identical function alone, and replaces any other).
+func TestTriggerSQLAgreesWithTheLocks(t *testing.T) {
+	read := func(path, from, to string) string {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		_, rest, ok := strings.Cut(string(b), from)
+		require.True(t, ok, "%s has no %q", path, from)
+		part, _, ok := strings.Cut(rest, to)
+		require.True(t, ok, "%s has no %q after %q", path, to, from)
+		return part
+	}
+	migration := read("../migrations/007_notify_listening.sql", "LANGUAGE plpgsql AS $$", "$$;")
+	install := read("../sql/outboxrelay_install.sql", "body      constant text := $body$", "$body$;")
+	require.Equal(t, migration, install, "the migration's and the drop-in's trigger functions differ")
+	listen, gate := strconv.Itoa(ListenLockClass), strconv.Itoa(GateLockClass)
+	require.Contains(t, install, "pg_try_advisory_xact_lock_shared("+listen+", hashtext(TG_ARGV[0]))")
+	require.Contains(t, install, "NOT pg_try_advisory_xact_lock_shared("+gate+", hashtext(TG_ARGV[0]))")
+	// The triggers try the same locks in their WHEN clauses first.
+	when := "NOT pg_try_advisory_xact_lock_shared(" + listen + ", hashtext(%L)) AND pg_try_advisory_xact_lock_shared(" + gate + ", hashtext(%L))"
+	for _, path := range []string{"../migrations/007_notify_listening.sql", "../sql/outboxrelay_install.sql"} {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Contains(t, string(b), when, path)
+	}
 }
