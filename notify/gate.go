@@ -221,9 +221,6 @@ func (g *Gate) Close(ctx context.Context) error {
 type gateLock struct {
 	tx  pgx.Tx // holding the lock; nil on error
 	err error
-	// cleanup, for a request whose connection pgx closed, is closed once
-	// pgx has finished with that connection.
-	cleanup <-chan struct{}
 }
 
 // lockRequest is a request for the gate lock under way, in a goroutine of
@@ -234,8 +231,9 @@ type lockRequest struct {
 	abandon context.CancelFunc
 }
 
-// withdrawWait bounds the wait for a withdrawn request to leave the server.
-const withdrawWait = time.Second
+// cutWait bounds the wait for a request whose connection was cut to leave
+// the server.
+const cutWait = time.Second
 
 // hold keeps the gate lock, or requests it; it returns the error of an
 // earlier request that failed, which it makes again. A statement in the
@@ -259,7 +257,13 @@ func (g *Gate) hold(ctx context.Context) error {
 	return failed
 }
 
-// request begins the gate's transaction and waits in it for the lock.
+// request begins the gate's transaction and waits in it for the lock. A
+// request that fails has left the server when it returns: one cut off by
+// ctx while it waits has its connection closed by pgx, which first sends
+// the server a cancel request, over a connection of its own, in the
+// background, so the backend leaves the lock's queue a moment after the
+// statement has returned; request waits for pgx's cleanup of the
+// connection, which ends once the backend has gone (cutWait at most).
 func (g *Gate) request(ctx context.Context) gateLock {
 	tx, err := g.db.Begin(ctx)
 	if err != nil {
@@ -269,6 +273,8 @@ func (g *Gate) request(ctx context.Context) gateLock {
 	b.Queue(gateSettingsSQL, strconv.FormatInt(max(g.ttl.Milliseconds(), 1), 10), GateApplicationName)
 	b.Queue(gateLockSQL, g.channel, int32(GateLockClass))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		// Read while the connection is still this request's: the rollback
+		// gives it back to the pool.
 		var cleanup <-chan struct{}
 		if conn := tx.Conn().PgConn(); conn.IsClosed() {
 			cleanup = conn.CleanupDone()
@@ -276,7 +282,15 @@ func (g *Gate) request(ctx context.Context) gateLock {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		_ = tx.Rollback(rctx)
-		return gateLock{err: err, cleanup: cleanup}
+		if cleanup != nil {
+			t := time.NewTimer(cutWait)
+			defer t.Stop()
+			select {
+			case <-cleanup:
+			case <-t.C:
+			}
+		}
+		return gateLock{err: err}
 	}
 	return gateLock{tx: tx}
 }
@@ -300,35 +314,16 @@ func (g *Gate) settle() error {
 
 // release withdraws a request still waiting, and ends a held transaction:
 // once it returns, the gate's session neither holds the lock nor waits for
-// it (unless the server did not answer within withdrawWait).
+// it (unless the server did not answer within cutWait).
 func (g *Gate) release() {
 	if r := g.pending; r != nil {
 		g.pending = nil
-		g.held = r.withdraw().tx
+		r.abandon()
+		g.held = (<-r.done).tx // the lock, if it was granted first
 	}
 	if g.held != nil {
 		g.rollback()
 	}
-}
-
-// withdraw ends the request and returns its outcome: the lock, if it was
-// granted first. A request cut off while it waits has its connection
-// closed by pgx, which first sends the server a cancel request, over a
-// connection of its own, in the background: the backend leaves the lock's
-// queue a moment after the statement has returned. withdraw waits for that
-// (pgx's cleanup of the connection ends once the backend has gone).
-func (r *lockRequest) withdraw() gateLock {
-	r.abandon()
-	out := <-r.done
-	if out.cleanup != nil {
-		t := time.NewTimer(withdrawWait)
-		defer t.Stop()
-		select {
-		case <-out.cleanup:
-		case <-t.C:
-		}
-	}
-	return out
 }
 
 // rollback ends the held transaction, whose session may be gone.

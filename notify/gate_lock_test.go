@@ -55,7 +55,7 @@ func TestCloseQueuedBehindAnOpenGatesProducerSilencesTheTrigger(t *testing.T) {
 	ctx := context.Background()
 	producer := e.producer(t)
 
-	e.closeQueued(t)
+	e.closeQueued(t, e.gate)
 	testkit.Exec(t, e.pool, insertOne)
 	e.marker(t, "queued")
 	require.Equal(t, "queued", e.next(t), "an insert notified while Close's request was queued")
@@ -73,7 +73,7 @@ func TestCloseMakesAFailedRequestAgain(t *testing.T) {
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
 	producer := e.producer(t)
-	e.closeQueued(t)
+	e.closeQueued(t, e.gate)
 	require.EqualValues(t, 1, testkit.QueryInt(t, e.pool, "SELECT count(pg_terminate_backend(pid)) "+testkit.GateLocksSQL, GateLockClass, false))
 	testkit.WaitFor(t, eventTimeout, "the request to end with its backend", func() bool {
 		return gateWaiters(t, e.pool) == 0
@@ -105,7 +105,7 @@ func TestOpenWithdrawsAQueuedRequestFromTheServer(t *testing.T) {
 	t.Parallel()
 	e := newGateEnv(t, time.Hour)
 	ctx := context.Background()
-	const slowDial = 400 * time.Millisecond // well within withdrawWait
+	const slowDial = 400 * time.Millisecond // well within cutWait
 	var slow atomic.Bool
 	config, err := pgxpool.ParseConfig(e.url)
 	require.NoError(t, err)
@@ -136,10 +136,7 @@ func TestOpenWithdrawsAQueuedRequestFromTheServer(t *testing.T) {
 	gate, err := NewGate(pool, "outbox", pgx.Identifier{"public", "outbox"}, pgx.Identifier{"public", "outbox_wakeup"}, time.Hour)
 	require.NoError(t, err)
 	producer := e.producer(t)
-	require.NoError(t, gate.Close(ctx))
-	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
-		return gateWaiters(t, e.pool) == 1
-	})
+	e.closeQueued(t, gate)
 
 	slow.Store(true)
 	openCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)

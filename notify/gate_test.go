@@ -60,11 +60,12 @@ func (e *gateEnv) close(t *testing.T) {
 	e.awaitHeld(t)
 }
 
-// closeQueued closes the gate while a producer holds its lock shared, and
-// waits until Close's request is queued behind it.
-func (e *gateEnv) closeQueued(t *testing.T) {
+// closeQueued closes gate (e.gate, or another on the same table) while a
+// producer holds its lock shared, and waits until Close's request is queued
+// behind it.
+func (e *gateEnv) closeQueued(t *testing.T, gate *Gate) {
 	t.Helper()
-	require.NoError(t, e.gate.Close(context.Background()))
+	require.NoError(t, gate.Close(context.Background()))
 	testkit.WaitFor(t, eventTimeout, "Close's request to queue behind the producer", func() bool {
 		return gateWaiters(t, e.pool) == 1
 	})
