@@ -107,7 +107,8 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 		size     int     // payload and header bytes kept
 		received int     // payload and header bytes received
 		overflow []int64 // claimed, but over the budget once received
-		// firstBack maps an aggregate to its first row in overflow.
+		// firstBack maps an aggregate to the seq of its first row in
+		// overflow.
 		firstBack map[string]int64
 		batchMore bool // ordered: the statement's "more"
 	)
@@ -141,8 +142,8 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 			if ordered {
 				// A row given back holds its aggregate's later rows of
 				// this batch back too.
-				if first, ok := firstBack[e.OrderingKey]; !ok || e.ID < first {
-					firstBack[e.OrderingKey] = e.ID
+				if first, ok := firstBack[e.OrderingKey]; !ok || e.Seq < first {
+					firstBack[e.OrderingKey] = e.Seq
 				}
 			}
 			continue
@@ -159,7 +160,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 		}
 		s.eventSize.Store(avg)
 	}
-	sortByID(events)
+	sortBySeq(events)
 	s.unpark(events)
 	if len(firstBack) > 0 {
 		events, overflow = cutAfterOverflow(events, overflow, firstBack)
@@ -222,11 +223,12 @@ func (s *Store) claimRows(ctx context.Context, published []int64, args []any) (p
 
 // cutAfterOverflow keeps an ordered batch gap-free once some of its rows
 // went over the byte budget: every row of an aggregate after one given back
-// is given back too. firstBack maps an aggregate to its first row given back.
+// is given back too. firstBack maps an aggregate to the seq of its first row
+// given back.
 func cutAfterOverflow(events []Event, overflow []int64, firstBack map[string]int64) ([]Event, []int64) {
 	kept := events[:0]
 	for _, e := range events {
-		if first, ok := firstBack[e.OrderingKey]; ok && e.ID > first {
+		if first, ok := firstBack[e.OrderingKey]; ok && e.Seq > first {
 			overflow = append(overflow, e.ID)
 			continue
 		}
@@ -235,6 +237,8 @@ func cutAfterOverflow(events []Event, overflow []int64, firstBack map[string]int
 	return kept, overflow
 }
 
-func sortByID(events []Event) {
-	slices.SortFunc(events, func(a, b Event) int { return cmp.Compare(a.ID, b.ID) })
+// sortBySeq puts a batch in insert order, which an ordered batch's runs
+// follow.
+func sortBySeq(events []Event) {
+	slices.SortFunc(events, func(a, b Event) int { return cmp.Compare(a.Seq, b.Seq) })
 }

@@ -15,7 +15,8 @@ import (
 // Columns names the outbox table's columns. Every field defaults to the name
 // the relay's own migrations use, shown in its comment.
 type Columns struct {
-	ID            string // "id": bigint, insert order; events are claimed in this order
+	ID            string // "id": bigint, the row's identity (marks, retries, leases and the admin commands name rows by it)
+	Seq           string // "relay_seq": bigint drawn at insert from a sequence of the relay's with CACHE 1; claims, the floor and ordered delivery follow it (Store.Check proves it is set up)
 	EventID       string // "event_id": the AMQP message id (uuid or text)
 	AggregateType string // "aggregate_type"
 	AggregateID   string // "aggregate_id"
@@ -38,6 +39,7 @@ type Columns struct {
 func (c Columns) withDefaults() Columns {
 	return Columns{
 		ID:            cmp.Or(c.ID, "id"),
+		Seq:           cmp.Or(c.Seq, "relay_seq"),
 		EventID:       cmp.Or(c.EventID, "event_id"),
 		AggregateType: cmp.Or(c.AggregateType, "aggregate_type"),
 		AggregateID:   cmp.Or(c.AggregateID, "aggregate_id"),
@@ -60,7 +62,7 @@ func (c Columns) withDefaults() Columns {
 
 func (c Columns) named() [][2]string {
 	return [][2]string{
-		{"ID", c.ID}, {"EventID", c.EventID}, {"AggregateType", c.AggregateType},
+		{"ID", c.ID}, {"Seq", c.Seq}, {"EventID", c.EventID}, {"AggregateType", c.AggregateType},
 		{"AggregateID", c.AggregateID}, {"EventType", c.EventType}, {"Payload", c.Payload},
 		{"PayloadBytes", c.PayloadBytes}, {"ContentType", c.ContentType},
 		{"Headers", c.Headers}, {"Exchange", c.Exchange}, {"RoutingKey", c.RoutingKey},
@@ -135,9 +137,9 @@ type Config struct {
 
 	// Ordering is OrderNone (default: events are claimed oldest first,
 	// whatever their aggregate) or OrderAggregate (each aggregate's events
-	// are claimed in id order, and an aggregate is claimable only while no
+	// are claimed in insert order (Columns.Seq), and an aggregate is claimable only while no
 	// earlier event of it is in flight, backing off or, under DeadLetterBlock,
-	// dead-lettered). Ordered claims need an index on OrderingKey then ID;
+	// dead-lettered). Ordered claims need an index on OrderingKey then Columns.Seq;
 	// Check proves it exists.
 	Ordering Ordering
 	// OrderingKey names the columns that identify an aggregate in ordered
@@ -264,8 +266,8 @@ func (c Config) Validate() error {
 			return configErrorf("OrderingKey", "claim: OrderingKey %q: want column names, none empty", c.OrderingKey)
 		case seen[col]:
 			return configErrorf("OrderingKey", "claim: OrderingKey %q: column %q is named twice", c.OrderingKey, col)
-		case col == c.Columns.ID:
-			return configErrorf("OrderingKey", "claim: OrderingKey %q: the id column %q orders events within an aggregate and cannot be part of its key", c.OrderingKey, col)
+		case col == c.Columns.ID || col == c.Columns.Seq:
+			return configErrorf("OrderingKey", "claim: OrderingKey %q: column %q identifies or orders events and cannot be part of an aggregate's key", c.OrderingKey, col)
 		}
 		seen[col] = true
 	}

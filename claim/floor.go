@@ -2,31 +2,35 @@ package claim
 
 // The floor keeps claims off the dead rows a long transaction leaves behind.
 //
-// A claim walks the pending index in id order. Every row a relay publishes
-// leaves its pending version's index entry behind, and vacuum cannot remove
-// those entries while any transaction's snapshot may still see the row: a
-// pg_dump, a report, a session idle in transaction, a standby's query under
-// hot_standby_feedback. A claim from the head of the index walks every one
-// of them, so its cost grows with every event published since that
-// transaction began. Claims therefore start above a floor: every row at or
-// below it is settled (published, dead-lettered or deleted), or parked.
+// A claim walks the pending index in insert order, by the seq column. Every
+// row a relay publishes leaves its pending version's index entry behind,
+// and vacuum cannot remove those entries while any transaction's snapshot
+// may still see the row: a pg_dump, a report, a session idle in
+// transaction, a standby's query under hot_standby_feedback. A claim from
+// the head of the index walks every one of them, so its cost grows with
+// every event published since that transaction began. Claims therefore
+// start above a floor, a seq value: every row at or below it is settled
+// (published, dead-lettered or deleted), or parked.
 //
-// The floor never passes the frontier, the highest id no open transaction
-// can still commit: ids come from the id column's sequence, taken by an
-// INSERT that holds the table's ROW EXCLUSIVE lock from before it takes the
-// id to its end. So the frontier moves to the sequence's last value, read
-// first, once every transaction writing to the table when it was read has
-// ended. A transaction that takes an id and commits minutes later holds the
-// frontier, and with it the floor, below its id until it does: its event is
-// claimed as soon as it is committed, however many later ones went first.
+// The floor never passes the frontier, the highest seq no open transaction
+// can still commit. The seq column is the relay's, not the application's:
+// its default draws from a sequence of cache 1 (Check proves both), so
+// every row's seq is taken by the INSERT that writes it, while that INSERT
+// holds the table's ROW EXCLUSIVE lock, whatever the application does with
+// its ids (hands them out in blocks, takes them before the insert, chooses
+// them). So the frontier moves to the sequence's last value, read first,
+// once every transaction writing to the table when it was read has ended.
+// A transaction that inserts and commits minutes later holds the frontier,
+// and with it the floor, below its seq until it does: its event is claimed
+// as soon as it is committed, however many later ones went first.
 //
 // Advance moves the floor up to the first pending row above it that a
 // claim may take, or that has not yet been pending for long. A row that
 // stays not due is parked and passed: a row backing off after a failed
 // publish at once, a leased one once its lease has held the floor for
-// parkAfter (its relay is slow, or died). The store remembers parked rows
-// with the time each falls due, and claims them by id, through the primary
-// key, when it does; a row it finds settled is forgotten.
+// parkAfter (its relay is slow, or died). The store remembers parked rows,
+// by id, with the time each falls due, and claims them by id, through the
+// primary key, when it does; a row it finds settled is forgotten.
 //
 // Rows that become pending again below the floor by other means (requeued
 // dead letters, rows reset by hand) are found by the sweep, which walks the
@@ -55,7 +59,7 @@ const (
 	// parkAfter is how long a leased row may hold the floor before it is
 	// parked: a live relay settles its batches in milliseconds.
 	parkAfter = time.Second
-	// sweepSpan is the id range one step of a sweep walks.
+	// sweepSpan is the seq range one step of a sweep walks.
 	sweepSpan = 50000
 	// maxParked bounds the parked rows remembered; a row beyond it keeps
 	// the floor below it.
@@ -203,9 +207,15 @@ func (s *Store) unpark(events []Event) {
 	}
 }
 
+// putBack is a row a retry or a release made pending again.
+type putBack struct {
+	id, seq int64
+	due     time.Duration // until it is due
+}
+
 // park remembers rows put back below the floor (retried, or released) and
 // when they fall due.
-func (s *Store) park(ids []int64, due []time.Duration, keys []string) {
+func (s *Store) park(rows []putBack) {
 	floor := s.floor.at.Load()
 	if floor == 0 {
 		return
@@ -213,22 +223,18 @@ func (s *Store) park(ids []int64, due []time.Duration, keys []string) {
 	s.floor.mu.Lock()
 	defer s.floor.mu.Unlock()
 	now := s.now()
-	for i, id := range ids {
-		if id > floor {
+	for _, r := range rows {
+		if r.seq > floor {
 			continue
 		}
 		if s.floor.parked == nil {
 			s.floor.parked = map[int64]parkedRow{}
 		}
-		p := parkedRow{due: now.Add(due[i])}
-		if keys != nil {
-			p.key = keys[i]
-		}
-		s.floor.parked[id] = p
+		s.floor.parked[r.id] = parkedRow{due: now.Add(r.due)}
 	}
 }
 
-// ErrNoFrontier is Advance's error when the frontier cannot be had: the id
+// ErrNoFrontier is Advance's error when the frontier cannot be had: the seq
 // column owns no sequence, or the role may not read it (see LastInsertID).
 // Claims then walk the pending index from its head, as they must.
 var ErrNoFrontier = errors.New("no frontier")
@@ -286,6 +292,7 @@ func (s *Store) Advance(ctx context.Context) error {
 
 // head is a pending row above the floor, as an advance reads it.
 type head struct {
+	seq   int64
 	id    int64
 	lease pgtype.Text
 	dueMS float64 // until it is due; 0 or less: due now
@@ -296,7 +303,7 @@ type head struct {
 type round struct {
 	last    int64    // the sequence's last value
 	writers []string // the transactions writing to the table after it was read
-	heads   []head   // the first pending rows above the floor, if below the frontier known
+	heads   []head   // the first pending rows above the floor in seq order, if below the frontier known
 }
 
 // advanceRound runs the advance's statement.
@@ -306,24 +313,24 @@ func (s *Store) advanceRound(ctx context.Context) (round, error) {
 		return round{}, err
 	}
 	var r round
-	var ids []int64
+	var seqs, ids []int64
 	var leases, keys []pgtype.Text
 	var due []float64
 	rows, err := s.db.Query(ctx, s.q.advance, s.q.table, seq, s.floor.at.Load(), s.floor.frontier, advanceRows)
 	if err == nil {
 		_, err = pgx.CollectExactlyOneRow(rows, func(cr pgx.CollectableRow) (struct{}, error) {
-			return struct{}{}, cr.Scan(&r.last, &r.writers, &ids, &leases, &due, &keys)
+			return struct{}{}, cr.Scan(&r.last, &r.writers, &seqs, &ids, &leases, &due, &keys)
 		})
 	}
 	if err != nil {
 		return round{}, sequenceError(err, seq)
 	}
-	if len(leases) != len(ids) || len(due) != len(ids) || len(keys) != len(ids) {
-		return round{}, fmt.Errorf("advance: %d ids, %d leases, %d due times, %d keys", len(ids), len(leases), len(due), len(keys))
+	if len(ids) != len(seqs) || len(leases) != len(seqs) || len(due) != len(seqs) || len(keys) != len(seqs) {
+		return round{}, fmt.Errorf("advance: %d seqs, %d ids, %d leases, %d due times, %d keys", len(seqs), len(ids), len(leases), len(due), len(keys))
 	}
-	r.heads = make([]head, len(ids))
-	for i, id := range ids {
-		r.heads[i] = head{id: id, lease: leases[i], dueMS: due[i], key: keys[i]}
+	r.heads = make([]head, len(seqs))
+	for i, sq := range seqs {
+		r.heads[i] = head{seq: sq, id: ids[i], lease: leases[i], dueMS: due[i], key: keys[i]}
 	}
 	return r, nil
 }
@@ -331,8 +338,8 @@ func (s *Store) advanceRound(ctx context.Context) (round, error) {
 // moveFrontier ends the frontier's move in progress if its writers have
 // all ended, and begins the next one: last is the sequence's last value,
 // writing the transactions writing to the table, read after it. It reports
-// whether the sequence went back (restarted, the table emptied): ids at or
-// below the floor are handed out again, and the floor starts over.
+// whether the sequence went back (restarted): values at or below the floor
+// are handed out again, and the floor starts over.
 func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 	if f.round.active {
 		// A writer of the round still writing is among those writing now.
@@ -352,7 +359,7 @@ func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 		clear(f.parked)
 		reset = true
 	}
-	// The sequence was read first: a transaction that took an id up to
+	// The sequence was read first: a transaction that took a value up to
 	// last held the table's lock already when the writers were read, or
 	// had ended.
 	if len(writing) == 0 {
@@ -365,9 +372,10 @@ func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 
 // raiseFloor moves the floor past the settled rows above it and the
 // pending rows it parks, up to known: heads are the first pending rows
-// above the floor, read when every transaction that could commit an id up
+// above the floor, read when every transaction that could commit a seq up
 // to known had ended.
 func (s *Store) raiseFloor(heads []head, known int64) {
+	// Floor, frontier and heads are seq values; parked rows are kept by id.
 	f := &s.floor
 	f.raised = known
 	at := f.at.Load()
@@ -381,7 +389,7 @@ func (s *Store) raiseFloor(heads []head, known int64) {
 	to, stopped := known, false
 	f.held = false
 	for _, h := range heads {
-		if h.id > known {
+		if h.seq > known {
 			stopped = true
 			break
 		}
@@ -400,7 +408,7 @@ func (s *Store) raiseFloor(heads []head, known int64) {
 			park = now.Sub(first) >= parkAfter
 		}
 		if !park || len(f.parked) >= maxParked {
-			to, stopped = h.id-1, true
+			to, stopped = h.seq-1, true
 			// A leased row holds the floor until it is parked: Advance
 			// has work left, which no claim may bring (its relay may be
 			// gone, and nothing else due).
@@ -413,7 +421,7 @@ func (s *Store) raiseFloor(heads []head, known int64) {
 		f.parked[h.id] = parkedRow{due: now.Add(time.Duration(h.dueMS * float64(time.Millisecond))), key: h.key.String}
 	}
 	if !stopped && len(heads) == advanceRows {
-		to = heads[len(heads)-1].id // every row looked at was parked: more may follow
+		to = heads[len(heads)-1].seq // every row looked at was parked: more may follow
 	}
 	f.leases = seen
 	if to > at {

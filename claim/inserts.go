@@ -11,15 +11,16 @@ import (
 )
 
 // ErrInsertsUnreadable is LastInsertID's error when the insert sequence
-// cannot be read, and will not be on retrying: the id column owns no
-// sequence (it is neither an identity nor a serial column), or the role may
-// not read it. The insert rate can then only be read from the ids claimed.
+// cannot be read, and will not be on retrying: the seq column owns no
+// sequence, or the role may not read it. The insert rate can then only be
+// read from the ids claimed.
 var ErrInsertsUnreadable = errors.New("the insert sequence cannot be read")
 
-// LastInsertID returns the last id the table's id sequence handed out. It
-// grows with every insert, committed, rolled back or not yet committed,
-// and is read outside MVCC: the producers' pace, which the ids the relay
-// claims only follow as fast as the relay keeps up. The sequence is looked
+// LastInsertID returns the last value the seq column's sequence handed
+// out, one per insert. It grows with every insert, committed, rolled back
+// or not yet committed, and is read outside MVCC: the producers' pace,
+// which the rows the relay claims only follow as fast as the relay keeps
+// up. The sequence is looked
 // up on the first call. Reading it needs USAGE or SELECT on the sequence
 // (sql/outboxrelay_role.sql grants SELECT).
 func (s *Store) LastInsertID(ctx context.Context) (int64, error) {
@@ -69,14 +70,14 @@ func (s *Store) NotifyWaiters(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// insertSequence looks the id column's sequence up once.
+// insertSequence looks the seq column's sequence up once.
 func (s *Store) insertSequence(ctx context.Context) (string, error) {
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
 	if s.seq != nil {
 		return *s.seq, nil
 	}
-	r, err := s.db.Query(ctx, s.q.insertSequence, s.q.table, s.cfg.Columns.ID)
+	r, err := s.db.Query(ctx, s.q.insertSequence, s.q.table, s.cfg.Columns.Seq)
 	if err != nil {
 		return "", fmt.Errorf("insert sequence: %w", err)
 	}
@@ -85,7 +86,7 @@ func (s *Store) insertSequence(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("insert sequence: %w", err)
 	}
 	if seq == nil {
-		return "", fmt.Errorf("insert sequence of %s.%s: %w: the column owns no sequence", s.q.table, s.cfg.Columns.ID, ErrInsertsUnreadable)
+		return "", fmt.Errorf("insert sequence of %s.%s: %w: the column owns no sequence", s.q.table, s.cfg.Columns.Seq, ErrInsertsUnreadable)
 	}
 	s.seq = seq
 	return *seq, nil

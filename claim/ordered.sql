@@ -3,7 +3,8 @@
 -- {{keyAs "p"}} the same named k0, k1, …, {{keyOf "h"}} those names of
 -- alias h, and {{size "p"}} the stored size of a row's payload and headers.
 --
--- An aggregate's head is its first row, by id, that is pending or, under
+-- An aggregate's head is its first row, in insert order (the seq column),
+-- that is pending or, under
 -- the block policy, failed. An aggregate is claimable only while its head
 -- is pending and due (available_at <= now()): a head that is leased,
 -- backing off or dead-lettered blocks its aggregate with no state beyond
@@ -18,7 +19,7 @@
 -- parked row) hold each of their aggregates' pending rows from the
 -- aggregate's first on: an aggregate's first candidate is its head, unless
 -- a dead letter comes before it, which the failed rows' own index (by
--- aggregate, then id) tells with one descent. A dead letter that a requeue
+-- aggregate, then seq) tells with one descent. A dead letter that a requeue
 -- (or a hand) sets back to pending lies below the floor, unparked until
 -- the relays' rescan: it keeps its last error, so the same index finds it
 -- and it holds its aggregate back meanwhile.
@@ -29,7 +30,7 @@
 --
 -- Steps:
 --   cand   the first $6 pending rows above the floor, and every parked row;
---   ranked each aggregate's candidates in id order, with its first (its
+--   ranked each aggregate's candidates in seq order, with its first (its
 --          head, when the aggregate has no dead letter before it) and
 --          whether every one up to it is due;
 --   runs   the rows whose head and predecessors are due, with no row of
@@ -56,25 +57,26 @@
 WITH
 cand AS (
     SELECT * FROM (
-        SELECT p.{{.ID}} AS id, {{keyAs "p"}}, p.{{.AvailableAt}} <= now() AS ready, {{size "p"}} AS size
+        SELECT p.{{.ID}} AS id, p.{{.Seq}} AS seq, {{keyAs "p"}}, p.{{.AvailableAt}} <= now() AS ready, {{size "p"}} AS size
         FROM {{.Table}} AS p
-        WHERE p.{{.Status}} = {{.Pending}} AND p.{{.ID}} > $5
-        ORDER BY p.{{.ID}}
+        WHERE p.{{.Status}} = {{.Pending}} AND p.{{.Seq}} > $5
+        ORDER BY p.{{.Seq}}
         LIMIT $6) AS above
     UNION ALL
     -- The parked rows, through the primary key ((…) IS TRUE: queries.sql).
-    SELECT p.{{.ID}}, {{keyAs "p"}}, p.{{.AvailableAt}} <= now(), {{size "p"}}
+    SELECT p.{{.ID}}, p.{{.Seq}}, {{keyAs "p"}}, p.{{.AvailableAt}} <= now(), {{size "p"}}
     FROM {{.Table}} AS p
     WHERE p.{{.ID}} = ANY ($7::bigint[]) AND (p.{{.Status}} = {{.Pending}}) IS TRUE
 ),
 ranked AS (
-    SELECT c.*, row_number() OVER w AS rank, bool_and(c.ready) OVER w AS ok, first_value(c.id) OVER w AS head
+    SELECT c.*, row_number() OVER w AS rank, bool_and(c.ready) OVER w AS ok, first_value(c.id) OVER w AS head,
+        first_value(c.seq) OVER w AS head_seq
     FROM cand AS c
-    WINDOW w AS (PARTITION BY {{keyOf "c"}} ORDER BY c.id)
+    WINDOW w AS (PARTITION BY {{keyOf "c"}} ORDER BY c.seq)
 ),
 runs AS (
     SELECT * FROM (
-        SELECT r.id, r.head, r.rank, r.size, row_number() OVER (ORDER BY r.rank, r.head) AS pos
+        SELECT r.id, r.head, r.head_seq, r.rank, r.size, row_number() OVER (ORDER BY r.rank, r.head_seq) AS pos
         FROM ranked AS r
         -- An aggregate's rows that pass are a prefix of its ranks (ok, and
         -- the test below, hold for a row's predecessors if for the row),
@@ -90,11 +92,11 @@ runs AS (
           -- publish failed, by aggregate, answers with one descent.
           AND NOT EXISTS (
             SELECT 1 FROM {{.Table}} AS b
-            WHERE ({{key "b"}}) = ({{keyOf "r"}}) AND b.{{.ID}} < r.id
+            WHERE ({{key "b"}}) = ({{keyOf "r"}}) AND b.{{.Seq}} < r.seq
               AND (
               {{- if .BlockFailed}}b.{{.Status}} = {{.Failed}} OR {{end -}}
               (b.{{.Status}} = {{.Pending}} AND b.{{.LastError}} IS NOT NULL
-               AND b.{{.ID}} <= $5 AND b.{{.ID}} <> ALL (coalesce($7, '{}')::bigint[])))
+               AND b.{{.Seq}} <= $5 AND b.{{.ID}} <> ALL (coalesce($7, '{}')::bigint[])))
         )) AS o
     -- Room for twice the batch, in the order it is filled: rows another
     -- claim holds are skipped, and a batch does not lock what it cannot take.
@@ -110,7 +112,7 @@ kept AS (
     -- Of each run, the prefix this claim locked. The runs and the locks
     -- meet through an array, not a join: the planner takes each for a row
     -- or two and would join them in a nested loop over hundreds.
-    SELECT id, head, rank, size FROM (
+    SELECT id, head, head_seq, rank, size FROM (
         SELECT r.*, row_number() OVER (PARTITION BY r.head ORDER BY r.rank) AS got
         FROM runs AS r
         WHERE r.id = ANY (ARRAY (SELECT id FROM locked))) AS k
@@ -120,14 +122,14 @@ sized AS (
     SELECT id, rank, n <= $1 AND (n = 1 OR upto <= $4) AS taken FROM (
         SELECT id, rank, row_number() OVER w AS n, sum(size) OVER w AS upto
         FROM kept
-        WINDOW w AS (ORDER BY rank, head)) AS s
+        WINDOW w AS (ORDER BY rank, head_seq)) AS s
 )
 UPDATE {{.Table}} AS o SET
     {{.AvailableAt}} = now() + $2 * interval '1 millisecond',
     {{.LeaseID}} = $3,
     {{.Attempts}} = o.{{.Attempts}} + 1
 WHERE o.{{.ID}} = ANY (ARRAY (SELECT id FROM sized WHERE taken))
-RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
+RETURNING o.{{.ID}}, o.{{.Seq}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.AggregateID}}::text,
     o.{{.EventType}}::text, o.{{.Payload}}::text, o.{{.Headers}}::text, o.{{.Exchange}}::text,
     o.{{.RoutingKey}}::text, o.{{.CreatedAt}}::timestamptz, o.{{.Attempts}}, o.{{.PayloadBytes}}, o.{{.ContentType}}::text,
     -- The key as text; how many heads a full read found (NULL when the
@@ -138,7 +140,7 @@ RETURNING o.{{.ID}}, o.{{.EventID}}::text, o.{{.AggregateType}}::text, o.{{.Aggr
     EXISTS (SELECT 1 FROM sized WHERE rank = 1 AND NOT taken);
 
 -- name: check_ordering
--- $1 the table (regclass text), $2 the ordering key's columns then the id
+-- $1 the table (regclass text), $2 the ordering key's columns then the seq
 -- column. Proves a valid index leads with them, so no claim scans the table.
 SELECT EXISTS (
     SELECT 1 FROM pg_index AS i

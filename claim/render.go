@@ -23,7 +23,7 @@ type queries struct {
 	table                                                                string
 	claim, markPublished, retry, extend, release, deletePublished, check string
 	checkOrdering, sample                                                string
-	insertSequence, lastInsertID, notifyWaiters                          string
+	insertSequence, checkSeq, lastInsertID, notifyWaiters                string
 	advance, parked, sweep                                               string
 }
 
@@ -77,6 +77,7 @@ func render(cfg Config) (queries, error) {
 		checkOrdering:   named["check_ordering"],
 		sample:          named["sample"],
 		insertSequence:  named["insert_sequence"],
+		checkSeq:        named["check_seq"],
 		lastInsertID:    named["last_insert_id"],
 		notifyWaiters:   named["notify_waiters"],
 		advance:         named["advance"],

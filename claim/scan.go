@@ -10,7 +10,7 @@ import (
 // of the claim statements' RETURNING lists. A claim reuses one for all its
 // rows: Scan sets every target on every row, NULL included.
 type scanned struct {
-	id                                 int64
+	id, seq                            int64
 	eventID                            string
 	aggregateType, aggregateID, evType pgtype.Text
 	payload, headers                   []byte // fresh per row; nil for NULL
@@ -27,7 +27,7 @@ type scanned struct {
 // targets are the Scan destinations, the ordered statement's three extra
 // columns last.
 func (r *scanned) targets(ordered bool) []any {
-	dest := []any{&r.id, &r.eventID, &r.aggregateType, &r.aggregateID, &r.evType,
+	dest := []any{&r.id, &r.seq, &r.eventID, &r.aggregateType, &r.aggregateID, &r.evType,
 		&r.payload, &r.headers, &r.exchange, &r.routingKey, &r.createdAt, &r.attempts,
 		&r.payloadBytes, &r.contentType}
 	if ordered {
@@ -40,7 +40,7 @@ func (r *scanned) targets(ordered bool) []any {
 // the next Scan allocates new ones.
 func (r *scanned) event() Event {
 	return Event{
-		ID: r.id, EventID: r.eventID,
+		ID: r.id, Seq: r.seq, EventID: r.eventID,
 		AggregateType: r.aggregateType.String, AggregateID: r.aggregateID.String, EventType: r.evType.String,
 		Payload: r.payload, PayloadBytes: r.payloadBytes, ContentType: r.contentType.String, Headers: r.headers,
 		Exchange: r.exchange.String, RoutingKey: r.routingKey.String,

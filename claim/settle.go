@@ -57,17 +57,16 @@ func (s *Store) Retry(ctx context.Context, lease LeaseID, failures []Failure) (R
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
-	if _, err := s.db.Exec(ctx, s.q.retry, ids, statuses, delays, errs, lease); err != nil {
+	rows, err := s.db.Query(ctx, s.q.retry, ids, statuses, delays, errs, lease)
+	var back []putBack
+	if err == nil {
+		back, err = collectPutBack(rows)
+	}
+	if err != nil {
 		return RetryResult{}, fmt.Errorf("retry: %w", err)
 	}
 	// Those put back below the floor are parked, to be claimed when due.
-	var back []int64
-	for i, f := range failures {
-		if statuses[i] == s.cfg.Statuses.Pending {
-			back = append(back, f.ID)
-		}
-	}
-	s.park(back, res.Due, nil)
+	s.park(back)
 	return res, nil
 }
 
@@ -116,12 +115,37 @@ func (s *Store) Release(ctx context.Context, lease LeaseID, ids []int64) (int64,
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
-	tag, err := s.db.Exec(ctx, s.q.release, ids, lease)
+	rows, err := s.db.Query(ctx, s.q.release, ids, lease)
+	var back []putBack
+	if err == nil {
+		back, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (b putBack, err error) {
+			return b, r.Scan(&b.id, &b.seq)
+		})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("release: %w", err)
 	}
-	s.park(ids, make([]time.Duration, len(ids)), nil) // due at once
-	return tag.RowsAffected(), nil
+	s.park(back) // due at once
+	return int64(len(back)), nil
+}
+
+// collectPutBack reads the retry statement's rows: those put back pending,
+// with their seq and delay (the dead-lettered ones have a negative delay).
+func collectPutBack(rows pgx.Rows) ([]putBack, error) {
+	var back []putBack
+	for rows.Next() {
+		var b putBack
+		var delayMS int64
+		if err := rows.Scan(&b.id, &b.seq, &delayMS); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if delayMS >= 0 {
+			b.due = time.Duration(delayMS) * time.Millisecond
+			back = append(back, b)
+		}
+	}
+	return back, rows.Err()
 }
 
 // DeletePublished deletes up to limit published events older than retention

@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxrelay/outboxrelay/internal/sqltmpl"
 )
 
 // DB is what the store needs of a connection pool; *pgxpool.Pool has it.
@@ -32,6 +34,7 @@ type batchSender interface {
 // Event is one claimed outbox row.
 type Event struct {
 	ID            int64
+	Seq           int64 // its insert order (Columns.Seq): a batch is sorted by it
 	EventID       string
 	AggregateType string
 	AggregateID   string
@@ -123,7 +126,8 @@ type Store struct {
 	eventSize atomic.Int64
 	// scan is how many pending rows an ordered claim reads.
 	scan orderedScan
-	// seq is the id column's sequence, once LastInsertID has found it.
+	// seq is the seq column's sequence, once LastInsertID or Advance has
+	// found it.
 	seqMu sync.Mutex
 	seq   *string
 }
@@ -179,10 +183,13 @@ func (s *Store) Check(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check table: %w", err)
 	}
+	if err := s.checkSeq(ctx); err != nil {
+		return err
+	}
 	if s.cfg.Ordering != OrderAggregate {
 		return nil
 	}
-	cols := append(slices.Clone(s.cfg.OrderingKey), s.cfg.Columns.ID)
+	cols := append(slices.Clone(s.cfg.OrderingKey), s.cfg.Columns.Seq)
 	rows, err = s.db.Query(ctx, s.q.checkOrdering, s.q.table, cols)
 	if err != nil {
 		return fmt.Errorf("check ordering index: %w", err)
@@ -199,8 +206,55 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
+// ErrUnsafeSeq is Check's error when the seq column is not what the floor
+// needs (floor.go): a column whose default draws, at every insert, from a
+// sequence of its own with CACHE 1. A sequence that hands out values in
+// blocks, or a column filled by anything but its insert, lets rows commit
+// below the floor, where no claim looks for them.
+var ErrUnsafeSeq = errors.New("the seq column cannot order the claims")
+
+// checkSeq proves the seq column is drawn at insert from a sequence of
+// cache 1, and says how to make it so where it is not.
+func (s *Store) checkSeq(ctx context.Context) error {
+	col := s.cfg.Columns.Seq
+	rows, err := s.db.Query(ctx, s.q.checkSeq, s.q.table, col)
+	if err != nil {
+		return fmt.Errorf("check seq column: %w", err)
+	}
+	type seqState struct {
+		seq   *string
+		cache *int64
+		drawn *bool
+	}
+	st, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (st seqState, err error) {
+		return st, r.Scan(&st.seq, &st.cache, &st.drawn)
+	})
+	if err != nil {
+		return fmt.Errorf("check seq column: %w", err)
+	}
+	switch {
+	case st.seq == nil:
+		return fmt.Errorf("%w: %s.%s owns no sequence; sql/outboxrelay_install.sql (or outboxrelay migrate) creates one: "+
+			"CREATE SEQUENCE ... CACHE 1 OWNED BY %[2]s.%[3]s and ALTER TABLE %[2]s ALTER COLUMN %[3]s SET DEFAULT nextval(...)",
+			ErrUnsafeSeq, s.q.table, sqltmpl.Identifier(col))
+	case st.cache == nil || *st.cache != 1:
+		cache := "unknown"
+		if st.cache != nil {
+			cache = fmt.Sprint(*st.cache)
+		}
+		return fmt.Errorf("%w: sequence %s of %s.%s has CACHE %s, so sessions hand out its values in blocks and rows commit below "+
+			"the claims' floor; run ALTER SEQUENCE %[2]s CACHE 1 (the relay owns this sequence; your ids may keep any cache)",
+			ErrUnsafeSeq, *st.seq, s.q.table, sqltmpl.Identifier(col), cache)
+	case st.drawn == nil || !*st.drawn:
+		return fmt.Errorf("%w: %s.%s does not default to nextval of its sequence %s, so inserts may not draw from it; "+
+			"run ALTER TABLE %[2]s ALTER COLUMN %[3]s SET DEFAULT nextval('%[4]s')",
+			ErrUnsafeSeq, s.q.table, sqltmpl.Identifier(col), *st.seq)
+	}
+	return nil
+}
+
 // ErrNoOrderingIndex is Check's error in ordered mode when no index leads
-// with the ordering key and the id column: every ordered claim would then
+// with the ordering key and the seq column: every ordered claim would then
 // scan the table.
 var ErrNoOrderingIndex = errors.New("no ordering index")
 

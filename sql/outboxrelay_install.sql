@@ -10,7 +10,9 @@
 -- nothing but what the variables change (another channel, say):
 --   * the columns the relay needs that the table lacks (each commented
 --     'added by outboxrelay', so the uninstall script can find them);
---   * a unique index on the ordering column and partial indexes on what the
+--   * relay_seq, the relay's insert order, drawn at every insert from a
+--     sequence of its own (CACHE 1), whatever gives the table its ids;
+--   * a unique index on the id column and partial indexes on what the
 --     relay claims, what its cleanup deletes, the dead letters it counts and
 --     the pending rows by event id (what the producer library's Cancel finds),
 --     unless an index with the same definition exists under any name;
@@ -32,9 +34,11 @@
 --   gate_sequence      TABLE_wakeup, in the table's schema; optionally
 --                                  schema-qualified; must match the relay's
 --                                  --gate-sequence
---   id_column          relay_id    bigint giving insert order; added as an
---                                  identity column when missing; an existing
---                                  column must be an integer type
+--   id_column          relay_id    bigint identifying a row (any source of ids:
+--                                  a sequence of any cache, ids taken before
+--                                  the insert or chosen by the application);
+--                                  added as an identity column when missing;
+--                                  an existing column must be an integer type
 --   event_id_column    event_id    the AMQP message id; added as a uuid when
 --                                  missing (an existing uuid id works: -v
 --                                  event_id_column=id)
@@ -182,6 +186,24 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- The relay's insert order, relay_seq: claims, their floor and ordered
+    -- delivery follow it, so that ids may come from anywhere
+    -- (migrations/011_relay_seq.sql says why). Added with a sequence of its
+    -- own, CACHE 1, that its default draws from at every insert; the rows
+    -- still to relay (pending and failed) are numbered in id order, the
+    -- others keep NULL.
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'relay_seq' AND NOT attisdropped) THEN
+        EXECUTE format('ALTER TABLE %s ADD COLUMN relay_seq bigint', rel);
+        EXECUTE format('COMMENT ON COLUMN %s.relay_seq IS %L', rel, 'added by outboxrelay');
+        EXECUTE format('CREATE SEQUENCE %I.%I CACHE 1 OWNED BY %s.relay_seq', sch, left(tbl, 50) || '_relay_seq', rel);
+        seq := to_regclass(format('%I.%I', sch, left(tbl, 50) || '_relay_seq'));
+        EXECUTE format('UPDATE %s AS t SET relay_seq = o.n FROM (SELECT %I AS id, row_number() OVER (ORDER BY %I) AS n FROM %s WHERE %I IN (%L, %L)) AS o WHERE t.%I = o.id',
+            rel, id_col, id_col, rel, st_col, pending, failed, id_col);
+        EXECUTE format('SELECT setval(%L, max(relay_seq)) FROM %s HAVING max(relay_seq) IS NOT NULL', seq, rel);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN relay_seq SET DEFAULT nextval(%L::regclass)', rel, seq);
+        RAISE NOTICE 'outboxrelay: added column relay_seq, drawn from sequence %', seq;
+    END IF;
+
     IF ordering = 'aggregate' THEN
         IF cardinality(key_cols) = 0 OR '' = ANY (key_cols) THEN
             RAISE EXCEPTION 'outboxrelay: ordering_key %: want comma-separated column names', current_setting('outboxrelay.ordering_key');
@@ -208,30 +230,30 @@ BEGIN
     -- table's columns, dropped at commit, and printed from there.
     EXECUTE format('CREATE TEMP TABLE outboxrelay_probe (LIKE %s) ON COMMIT DROP', rel);
 
-    -- The indexes: on the ordering column (unique), and partial ones on
+    -- The indexes: on the id column (unique), and partial ones on
     -- what the relay claims, what cleanup deletes, the dead letters it
     -- counts and, in ordered mode, the rows that can hold an aggregate back
     -- (walked from aggregate to aggregate and along each one's events).
     FOR idx IN
         SELECT * FROM (VALUES
             ('_relay_id_idx',        true,  format('(%I)', id_col)),
-            ('_relay_pending_idx',   false, format('(%I) WHERE %I = %L', id_col, st_col, pending)),
+            ('_relay_pending_idx',   false, format('(relay_seq) WHERE %I = %L', st_col, pending)),
             ('_relay_published_idx', false, format('(published_at) WHERE %I = %L', st_col, published)),
             ('_relay_failed_idx',    false, format('(%I) WHERE %I = %L', id_col, st_col, failed)),
             -- The pending rows by event id, for the producer library's
             -- Cancel.
             ('_relay_event_id_idx', false, format('(%I) WHERE %I = %L', ev_col, st_col, pending)),
-            ('_relay_ordering_idx',  false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I IN (%L, %L)',
+            ('_relay_ordering_idx',  false, CASE WHEN ordering = 'aggregate' THEN format('(%s, relay_seq) WHERE %I IN (%L, %L)',
                 (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
-                id_col, st_col, pending, failed) END),
+                st_col, pending, failed) END),
             -- The rows a publish failed, by aggregate: dead letters, and
             -- pending rows with an error (retried or requeued). Whether one
             -- holds an aggregate back is told without walking the
             -- aggregate's rows in the index above, where rows published
             -- while vacuum is held back leave their entries.
-            ('_relay_failed_key_idx', false, CASE WHEN ordering = 'aggregate' THEN format('(%s, %I) WHERE %I = %L OR (%I = %L AND last_error IS NOT NULL)',
+            ('_relay_failed_key_idx', false, CASE WHEN ordering = 'aggregate' THEN format('(%s, relay_seq) WHERE %I = %L OR (%I = %L AND last_error IS NOT NULL)',
                 (SELECT string_agg(format('%I', c), ', ' ORDER BY n) FROM unnest(key_cols) WITH ORDINALITY AS k (c, n)),
-                id_col, st_col, failed, st_col, pending) END)
+                st_col, failed, st_col, pending) END)
         ) AS i (suffix, is_unique, definition)
         WHERE definition IS NOT NULL
     LOOP
@@ -255,16 +277,16 @@ BEGIN
             ddl := ddl || format('DROP INDEX %s %s', '{concurrently}', matches[1]);
             RAISE NOTICE 'outboxrelay: dropping index %, which duplicated %', matches[1], matches[2];
         END IF;
-        CONTINUE WHEN matches IS NOT NULL;
+        -- An index under this script's name that is not among them is one
+        -- an earlier version built with another definition (on the id
+        -- column, before relay_seq), or one whose concurrent build failed:
+        -- dropped, and built again unless another one serves.
         SELECT i.indisvalid INTO valid FROM pg_index AS i WHERE i.indexrelid = to_regclass(format('%I.%I', sch, name));
-        IF valid THEN
-            RAISE EXCEPTION 'outboxrelay: index %.% exists with another definition than the relay needs (%): rename or drop it',
-                sch, name, idx.definition;
-        END IF;
-        IF valid IS NOT NULL THEN
+        IF valid IS NOT NULL AND NOT ours THEN
             ddl := ddl || format('DROP INDEX %s IF EXISTS %I.%I', '{concurrently}', sch, name);
-            RAISE NOTICE 'outboxrelay: dropping index %, whose concurrent build had failed', name;
+            RAISE NOTICE 'outboxrelay: dropping index %, whose definition is not the one the relay needs', name;
         END IF;
+        CONTINUE WHEN matches IS NOT NULL;
         ddl := ddl || format('CREATE %s INDEX %s IF NOT EXISTS %I ON %s %s',
             CASE WHEN idx.is_unique THEN 'UNIQUE' ELSE '' END, '{concurrently}', name, rel, idx.definition);
         RAISE NOTICE 'outboxrelay: creating index %', name;

@@ -11,7 +11,8 @@
 --   * read, update and delete rows of the outbox table (claim, mark, retry,
 --     release, cleanup); it may not insert, and it owns nothing;
 --   * read and set the wake-up gate sequence (TABLE_wakeup), and read the
---     id column's sequence (the producers' insert rate);
+--     sequence of relay_seq (the claims' frontier, the producers' insert
+--     rate);
 --   * use the schema, connect, LISTEN, NOTIFY (its heartbeat), take
 --     advisory locks (the gate) and read pg_locks (the producers in flight
 --     when the gate opens), which every role may.
@@ -22,20 +23,17 @@
 --                           give it one, or let pg_hba.conf admit it
 --   schema    public
 --   table     outbox        the outbox table (the drop-in's table name)
---   id_column id            its id column (the drop-in's column_id)
 
 \set ON_ERROR_STOP on
 \if :{?role} \else \set role outboxrelay \endif
 \if :{?schema} \else \set schema public \endif
 \if :{?table} \else \set table outbox \endif
-\if :{?id_column} \else \set id_column id \endif
 
 BEGIN;
 
 SELECT set_config('outboxrelay.role', :'role', true),
        set_config('outboxrelay.schema', :'schema', true),
-       set_config('outboxrelay.table', :'table', true),
-       set_config('outboxrelay.id_column', :'id_column', true)
+       set_config('outboxrelay.table', :'table', true)
 \gset outboxrelay_ignored_
 
 DO $role$
@@ -43,7 +41,6 @@ DECLARE
     rol text := current_setting('outboxrelay.role');
     sch text := current_setting('outboxrelay.schema');
     tbl text := current_setting('outboxrelay.table');
-    idc text := current_setting('outboxrelay.id_column');
     rel regclass;
     seq regclass;
 BEGIN
@@ -57,17 +54,16 @@ BEGIN
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO %I', current_database(), rol);
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', sch, rol);
     EXECUTE format('GRANT SELECT, UPDATE, DELETE ON %s TO %I', rel, rol);
-    -- The id sequence, read (never advanced) for the producers' insert
-    -- rate, which steers the gate. Without it the relay reads the rate
-    -- from the ids it claims.
-    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = idc AND attnum > 0 AND NOT attisdropped) THEN
-        seq := pg_get_serial_sequence(rel::text, idc)::regclass;
-        IF seq IS NOT NULL THEN
-            EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', seq, rol);
-        END IF;
-    ELSE
-        RAISE NOTICE 'outboxrelay: %.% has no column %: give its id column as -v id_column=…', sch, tbl, idc;
+    -- The sequence of relay_seq, read (never advanced): the frontier of
+    -- the claims' floor, and the producers' insert rate, which steers the
+    -- gate.
+    IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = rel AND attname = 'relay_seq' AND NOT attisdropped) THEN
+        seq := pg_get_serial_sequence(rel::text, 'relay_seq')::regclass;
     END IF;
+    IF seq IS NULL THEN
+        RAISE EXCEPTION 'outboxrelay: %.% has no relay_seq drawn from a sequence: run the migrations or the install script first', sch, tbl;
+    END IF;
+    EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', seq, rol);
     seq := to_regclass(format('%I.%I', sch, tbl || '_wakeup'));
     IF seq IS NOT NULL THEN
         EXECUTE format('GRANT SELECT, UPDATE ON SEQUENCE %s TO %I', seq, rol);

@@ -57,7 +57,7 @@ func TestSQLCommandInstallsThroughPsql(t *testing.T) {
 	installed := describe(viaCommand)
 	require.Equal(t, describe(viaFile), installed)
 	for _, want := range []string{"seq bigint", "attempts integer", "WHERE ((state)::text = 'NEW'::text)",
-		"(entity_type, entity_id, seq) WHERE ((state)::text = ANY", "outboxrelay_notify AFTER INSERT", `'app ''events'''`} {
+		"(entity_type, entity_id, relay_seq) WHERE ((state)::text = ANY", "relay_seq bigint nextval(", "outboxrelay_notify AFTER INSERT", `'app ''events'''`} {
 		require.Contains(t, installed, want)
 	}
 

@@ -209,8 +209,8 @@ func TestRelayRunsAsLeastPrivilegeRole(t *testing.T) {
 	}
 	var readsIDs bool
 	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT has_sequence_privilege($1, pg_get_serial_sequence('outbox', 'id'), 'SELECT')`, role).Scan(&readsIDs))
-	require.True(t, readsIDs, "the role reads the id sequence, for the insert rate")
+		`SELECT has_sequence_privilege($1, pg_get_serial_sequence('outbox', 'relay_seq'), 'SELECT')`, role).Scan(&readsIDs))
+	require.True(t, readsIDs, "the role reads relay_seq's sequence, for the frontier and the insert rate")
 
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)

@@ -42,7 +42,7 @@ func TestDropInOrderedOnSeed003Table(t *testing.T) {
 		"-v", "ordering=aggregate", "-v", "ordering_key=entity_key"}
 	psql(t, dbURL, append(vars, "-f", "../../sql/outboxrelay_install.sql")...)
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes
-		WHERE indexname = 'outbox_relay_ordering_idx' AND indexdef LIKE '%(entity_key, id)%' AND indexdef LIKE '%NEW%FAILED%'`))
+		WHERE indexname = 'outbox_relay_ordering_idx' AND indexdef LIKE '%(entity_key, relay_seq)%' AND indexdef LIKE '%NEW%FAILED%'`))
 	before := schemaOf(t, dbURL, "outbox")
 	psql(t, dbURL, append(vars, "-f", "../../sql/outboxrelay_install.sql")...)
 	require.Equal(t, before, schemaOf(t, dbURL, "outbox"), "running the install twice changes nothing")

@@ -181,7 +181,7 @@ func TestDropInOnSeedTable(t *testing.T) {
 	psql(t, dbURL, "-v", "table=outbox_events", "-f", "../../sql/outboxrelay_uninstall.sql")
 	require.Zero(t, testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_trigger WHERE tgname = 'outboxrelay_notify'`))
 	require.Equal(t, int64(1), testkit.QueryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE tablename = 'outbox_events'`))
-	require.Equal(t, int64(18), testkit.QueryInt(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'outbox_events'`))
+	require.Equal(t, int64(19), testkit.QueryInt(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'outbox_events'`))
 	psql(t, dbURL, "-v", "table=outbox_events", "-v", "drop_columns=on", "-f", "../../sql/outboxrelay_uninstall.sql")
 	require.Equal(t, int64(7), testkit.QueryInt(t, pool, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'outbox_events'`),
 		"back to the seed's seven columns")

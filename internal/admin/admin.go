@@ -60,7 +60,7 @@ func render(cfg claim.Config) (map[string]string, error) {
 	c := cfg.Columns
 	data := map[string]string{"Table": sqltmpl.Identifier(table...)}
 	for name, col := range map[string]string{
-		"ID": c.ID, "EventID": c.EventID, "AggregateType": c.AggregateType, "AggregateID": c.AggregateID,
+		"ID": c.ID, "Seq": c.Seq, "EventID": c.EventID, "AggregateType": c.AggregateType, "AggregateID": c.AggregateID,
 		"EventType": c.EventType, "Payload": c.Payload, "Exchange": c.Exchange, "RoutingKey": c.RoutingKey,
 		"Status": c.Status, "Attempts": c.Attempts, "AvailableAt": c.AvailableAt, "LeaseID": c.LeaseID,
 		"LastError": c.LastError, "CreatedAt": c.CreatedAt, "PayloadBytes": c.PayloadBytes, "ContentType": c.ContentType,

@@ -36,19 +36,19 @@ ORDER BY 2 DESC, 1;
 -- name: blocked
 -- $1 pending, $2 failed, $3 how many aggregates to list. In ordered mode
 -- under the block policy an aggregate is blocked when its head, its first
--- pending or failed row by id, is failed: its later events wait for it.
+-- pending or failed row in insert order (relay_seq), is failed: its later events wait for it.
 -- Starting from the failed rows (few, and in the ordering index) each
 -- probe is an index descent. Every row carries the totals.
 SELECT key, id, event_type, waiting, count(*) OVER (), (sum(waiting) OVER ())::bigint
 FROM (
     SELECT ARRAY[{{keyText "f"}}]::text[] AS key, f.{{.ID}} AS id, f.{{.EventType}}::text AS event_type,
         (SELECT count(*) FROM {{.Table}} AS p
-         WHERE p.{{.Status}} = $1 AND ({{key "p"}}) = ({{key "f"}}) AND p.{{.ID}} > f.{{.ID}}) AS waiting
+         WHERE p.{{.Status}} = $1 AND ({{key "p"}}) = ({{key "f"}}) AND p.{{.Seq}} > f.{{.Seq}}) AS waiting
     FROM {{.Table}} AS f
     WHERE f.{{.Status}} = $2
       AND NOT EXISTS (
           SELECT 1 FROM {{.Table}} AS e
-          WHERE e.{{.Status}} IN ($1, $2) AND ({{key "e"}}) = ({{key "f"}}) AND e.{{.ID}} < f.{{.ID}})
+          WHERE e.{{.Status}} IN ($1, $2) AND ({{key "e"}}) = ({{key "f"}}) AND e.{{.Seq}} < f.{{.Seq}})
 ) AS blocked
 ORDER BY id
 LIMIT $3;

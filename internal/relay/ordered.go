@@ -45,7 +45,7 @@ func ordered(b claim.Batch) bool {
 func (r *Relay) publishOrdered(ctx context.Context, lease claim.LeaseID, events []claim.Event) []error {
 	results := make([]error, len(events))
 	// runs holds, per aggregate, the indexes of its events not yet sent,
-	// in id order (the batch is sorted by id).
+	// in insert order (the batch is sorted by seq).
 	var (
 		keys []string
 		runs = map[string][]int{}
