@@ -29,21 +29,23 @@ type BenchCmd struct {
 	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, horizon (not by default: about 14 minutes with its defaults)."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
-	DrainEvents     int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
-	PayloadBytes    int           `name:"payload-bytes" default:"256" group:"Workloads" help:"Approximate size of each event's JSON payload."`
-	NaiveDrainTime  time.Duration `name:"naive-drain-time" default:"10s" group:"Workloads" help:"How long the naive poller drains."`
-	SteadyRates     []int         `name:"steady-rates" default:"1000,5000" group:"Workloads" help:"Steady workload target rates, events/s."`
-	SteadyDuration  time.Duration `name:"steady-duration" default:"30s" group:"Workloads" help:"How long producers write at each steady rate."`
-	Producers       int           `name:"producers" default:"8" group:"Workloads" help:"Producer connections sharing a steady rate."`
-	IdleEvents      int           `name:"idle-events" default:"50" group:"Workloads" help:"Events the idle workload writes."`
-	IdleInterval    time.Duration `name:"idle-interval" default:"200ms" group:"Workloads" help:"Time between idle events."`
-	ProducerConc    []int         `name:"producer-concurrency" default:"1,8,32" group:"Workloads" help:"Connection counts of the producer workload."`
-	ProducerDur     time.Duration `name:"producer-duration" default:"5s" group:"Workloads" help:"How long each producer run inserts."`
-	ProducerPairs   int           `name:"producer-pairs" default:"2" group:"Workloads" help:"Times each producer connection count runs with the triggers on, then off."`
-	ScaleRelays     []int         `name:"scale-relays" default:"1,2,3" group:"Workloads" help:"Relay counts the scale workload drains --drain-events with, side by side."`
-	ScheduledEvents int           `name:"scheduled-events" default:"10000" group:"Workloads" help:"Events the scheduled workload writes in one transaction, due one after another over --scheduled-over, to a relay polling every hour."`
-	ScheduledOver   time.Duration `name:"scheduled-over" default:"60s" group:"Workloads" help:"Time the scheduled events fall due over, from 2 s after their write."`
-	DrainWait       time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
+	DrainEvents      int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
+	PayloadBytes     int           `name:"payload-bytes" default:"256" group:"Workloads" help:"Approximate size of each event's JSON payload."`
+	NaiveDrainTime   time.Duration `name:"naive-drain-time" default:"10s" group:"Workloads" help:"How long the naive poller drains."`
+	SteadyRates      []int         `name:"steady-rates" default:"1000,5000" group:"Workloads" help:"Steady workload target rates, events/s."`
+	SteadyDuration   time.Duration `name:"steady-duration" default:"30s" group:"Workloads" help:"How long producers write at each steady rate."`
+	Producers        int           `name:"producers" default:"8" group:"Workloads" help:"Producer connections sharing a steady rate."`
+	IdleEvents       int           `name:"idle-events" default:"50" group:"Workloads" help:"Events the idle workload writes."`
+	IdleInterval     time.Duration `name:"idle-interval" default:"200ms" group:"Workloads" help:"Time between idle events."`
+	ProducerConc     []int         `name:"producer-concurrency" default:"1,8,32" group:"Workloads" help:"Connection counts of the producer workload."`
+	ProducerDur      time.Duration `name:"producer-duration" default:"5s" group:"Workloads" help:"How long each producer run inserts."`
+	ProducerPairs    int           `name:"producer-pairs" default:"2" group:"Workloads" help:"Times each producer connection count runs with the triggers on, then off."`
+	ScaleRelays      []int         `name:"scale-relays" default:"1,2,3" group:"Workloads" help:"Relay counts the scale workload drains --drain-events with, side by side."`
+	ScheduledEvents  int           `name:"scheduled-events" default:"10000" group:"Workloads" help:"Events the scheduled workload writes in one transaction, due one after another over --scheduled-over, to a relay polling every hour."`
+	ScheduledOver    time.Duration `name:"scheduled-over" default:"60s" group:"Workloads" help:"Time the scheduled events fall due over, from 2 s after their write."`
+	EarlyIDsRate     int           `name:"early-ids-rate" default:"1000" group:"Workloads" help:"Commit rate of the early-ids workload: four sessions whose id sequence hands out ids in blocks of 50."`
+	EarlyIDsDuration time.Duration `name:"early-ids-duration" default:"30s" group:"Workloads" help:"How long the early-ids producers write."`
+	DrainWait        time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
 	OrderedShapes     []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
 	OrderedSteadyRate int           `name:"ordered-steady-rate" default:"1000" group:"Ordered workload" help:"Ordered steady rate, events/s, for --steady-duration over --producers connections."`
@@ -71,6 +73,8 @@ func (c *BenchCmd) config(relay string, stderr io.Writer) bench.Config {
 		ScaleRelays:         c.ScaleRelays,
 		ScheduledEvents:     c.ScheduledEvents,
 		ScheduledOver:       c.ScheduledOver,
+		EarlyIDsRate:        c.EarlyIDsRate,
+		EarlyIDsDuration:    c.EarlyIDsDuration,
 		PayloadBytes:        c.PayloadBytes,
 		NaiveDrainTime:      c.NaiveDrainTime,
 		SteadyRates:         c.SteadyRates,

@@ -43,7 +43,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--producer-concurrency=1,2", "--producer-duration=500ms", "--producer-pairs=2",
 		"--ordered-shapes=20x5,50x1,1x40",
 		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
-		"--scale-relays=1,2", "--scheduled-events=200", "--scheduled-over=2s", "--drain-wait=30s")
+		"--scale-relays=1,2", "--scheduled-events=200", "--scheduled-over=2s", "--early-ids-rate=200", "--early-ids-duration=2s", "--drain-wait=30s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 45 * time.Second
@@ -85,7 +85,13 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4,
 		{"scale", "relay"}:     2,
 		{"scheduled", "relay"}: 1,
+		{"early-ids", "relay"}: 1,
 	}, counts)
+
+	early := byRow[[2]string{"early-ids", "relay"}]
+	require.NotNil(t, early.Lost)
+	require.Zero(t, *early.Lost, "early-ids: events whose ids were handed out before their insert, lost")
+	require.Equal(t, early.Committed, early.Events, "early-ids: every committed event arrived")
 
 	drain := byRow[[2]string{"drain", "relay"}]
 	require.NotNil(t, drain.Lost)

@@ -23,6 +23,7 @@ const (
 	WorkloadScale     = "scale"
 	WorkloadScheduled = "scheduled"
 	WorkloadHorizon   = "horizon"
+	WorkloadEarlyIDs  = "early-ids"
 )
 
 // Systems a workload runs on.
@@ -37,11 +38,11 @@ const (
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadHorizon}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadHorizon}
 
 // defaultWorkloads are those Run runs when Config.Only is empty: all but
 // horizon, which takes about 14 minutes with its defaults.
-var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled}
+var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs}
 
 // Phases of the horizon workload, the values of Result.Phase.
 const (
@@ -84,7 +85,7 @@ type Config struct {
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
 	// Only selects workloads by name (drain, steady, idle, producer,
-	// ordered, scale, scheduled, horizon). They always run in that order. Default:
+	// ordered, scale, scheduled, early-ids, horizon). They always run in that order. Default:
 	// all but horizon (about 14 minutes with its defaults), which runs
 	// only when named.
 	Only []string
@@ -132,6 +133,13 @@ type Config struct {
 	// ScaleRelays are the relay counts the scale workload drains
 	// DrainEvents with, side by side on one table. Default [1, 2, 3].
 	ScaleRelays []int
+	// EarlyIDsRate is the early-ids workload's commit rate, events per
+	// second, written by four sessions whose id sequence hands out ids
+	// in blocks of 50. Default 1000.
+	EarlyIDsRate int
+	// EarlyIDsDuration is how long the early-ids producers write. Default
+	// 30s.
+	EarlyIDsDuration time.Duration
 	// ScheduledEvents is how many events the scheduled workload writes in
 	// one transaction, due one after another over ScheduledOver. Default
 	// 10000.
@@ -209,6 +217,8 @@ func (c Config) withDefaults() Config {
 	}
 	c.ScheduledEvents = cmp.Or(c.ScheduledEvents, 10000)
 	c.ScheduledOver = cmp.Or(c.ScheduledOver, time.Minute)
+	c.EarlyIDsRate = cmp.Or(c.EarlyIDsRate, 1000)
+	c.EarlyIDsDuration = cmp.Or(c.EarlyIDsDuration, 30*time.Second)
 	c.HorizonRate = cmp.Or(c.HorizonRate, 1000)
 	c.HorizonPinned = cmp.Or(c.HorizonPinned, 10*time.Minute)
 	c.HorizonWindow = cmp.Or(c.HorizonWindow, 45*time.Second)
@@ -279,6 +289,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: ScheduledEvents %d: must be between 1 and %d", c.ScheduledEvents, maxEventNumber/4)
 	case c.ScheduledOver <= 0:
 		return fmt.Errorf("bench: ScheduledOver %s: must be positive", c.ScheduledOver)
+	case c.EarlyIDsRate < 1:
+		return fmt.Errorf("bench: EarlyIDsRate %d: must be at least 1", c.EarlyIDsRate)
+	case c.EarlyIDsDuration <= 0:
+		return fmt.Errorf("bench: EarlyIDsDuration %s: must be positive", c.EarlyIDsDuration)
 	}
 	for _, rate := range c.SteadyRates {
 		if events := float64(rate) * c.SteadyDuration.Seconds(); events > maxEventNumber/4 {
@@ -370,6 +384,8 @@ func (c Config) Flags() []string {
 		"--scale-relays=" + joinInts(c.ScaleRelays),
 		"--scheduled-events=" + strconv.Itoa(c.ScheduledEvents),
 		"--scheduled-over=" + c.ScheduledOver.String(),
+		"--early-ids-rate=" + strconv.Itoa(c.EarlyIDsRate),
+		"--early-ids-duration=" + c.EarlyIDsDuration.String(),
 		"--horizon-rate=" + strconv.Itoa(c.HorizonRate),
 		"--horizon-pinned=" + c.HorizonPinned.String(),
 		"--horizon-window=" + c.HorizonWindow.String(),

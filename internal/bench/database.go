@@ -220,7 +220,7 @@ func (d *database) hasOrderingIndex(ctx context.Context) (bool, error) {
 }
 
 // orderingIndexesSQL lists the valid indexes on $1 that lead with the
-// aggregate's columns and the id, as the ordered relay needs (whatever
+// aggregate's columns and relay_seq, as the ordered relay needs (whatever
 // their names: the migrations' of earlier versions, or the install's),
 // schema-qualified and quoted.
 const orderingIndexesSQL = `SELECT coalesce(array_agg(i.indexrelid::regclass::text), '{}') FROM pg_index AS i
@@ -228,7 +228,7 @@ const orderingIndexesSQL = `SELECT coalesce(array_agg(i.indexrelid::regclass::te
 	  AND (SELECT array_agg(a.attname::text ORDER BY k.ord)
 	       FROM unnest(i.indkey) WITH ORDINALITY AS k (attnum, ord)
 	       JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-	       WHERE k.ord <= 3) = '{aggregate_type,aggregate_id,id}'`
+	       WHERE k.ord <= 3) = '{aggregate_type,aggregate_id,relay_seq}'`
 
 // orderingIndexes lists the ordering indexes on the table.
 func (d *database) orderingIndexes(ctx context.Context) ([]string, error) {

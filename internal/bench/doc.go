@@ -29,6 +29,11 @@
 //     a relay polling every hour, due one after another over
 //     Config.ScheduledOver; latency is due time → consumer, and arrivals
 //     before their time are counted.
+//   - early-ids: four sessions write Config.EarlyIDsRate events per second
+//     for Config.EarlyIDsDuration while the id sequence hands out ids in
+//     blocks of 50 (CACHE 50), so each session commits ids below those
+//     the relay already published; latency is commit → consumer, and an
+//     event that has not arrived within Config.DrainWait is lost.
 //   - horizon: Config.Producers connections write Config.HorizonRate
 //     events per second over Config.HorizonAggregates aggregates without
 //     a break, measured in windows of Config.HorizonWindow:

@@ -40,6 +40,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadOrdered, r.ordered},
 		{WorkloadScale, r.scale},
 		{WorkloadScheduled, r.scheduled},
+		{WorkloadEarlyIDs, r.earlyIDs},
 		{WorkloadHorizon, r.horizon},
 	} {
 		if !cfg.runs(w.name) {
