@@ -186,7 +186,7 @@ func TestRelayRefusesARelaySeqThatCannotOrderItsClaims(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, alter, want string
-		dropIn           bool
+		dropIn            bool
 	}{
 		{"cached sequence", `ALTER TABLE outbox ALTER COLUMN relay_seq SET CACHE 50`, "has CACHE 50", false},
 		{"cached sequence of a drop-in table", `ALTER SEQUENCE app_outbox_relay_seq CACHE 20`, "ALTER SEQUENCE public.app_outbox_relay_seq CACHE 1", true},
