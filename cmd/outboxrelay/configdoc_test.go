@@ -41,7 +41,7 @@ func TestConfigTableRendersFlags(t *testing.T) {
 		"| `--[no-]migrate` | `OUTBOX_MIGRATE` | `true` | Before relaying,",
 		"| `--no-listen` | `OUTBOX_NO_LISTEN` | `false` | Poll only,",
 		"| `--listener-url` | `OUTBOX_LISTENER_URL` |  | PostgreSQL URL of a session of its own",
-		"| `--column-id` | `OUTBOX_COLUMN_ID` | `id` | bigint column giving insert order. |",
+		"| `--column-id` | `OUTBOX_COLUMN_ID` | `id` | Integer column identifying a row (its ids may come from anywhere: claims follow relay_seq). |",
 	} {
 		require.Contains(t, table, row)
 	}

@@ -14,11 +14,11 @@ import (
 type TableFlags struct {
 	Table string `name:"table" env:"OUTBOX_TABLE" default:"outbox" help:"Outbox table, optionally schema-qualified (schema.table)."`
 
-	Ordering          string `name:"ordering" env:"OUTBOX_ORDERING" default:"none" enum:"none,aggregate" help:"none: events go out oldest first, in parallel; aggregate: each aggregate's events go out in id order, one unconfirmed event per aggregate at a time (see docs/guarantees.md)."`
+	Ordering          string `name:"ordering" env:"OUTBOX_ORDERING" default:"none" enum:"none,aggregate" help:"none: events go out oldest first, in parallel; aggregate: each aggregate's events go out in insert order (relay_seq), one unconfirmed event per aggregate at a time (see docs/guarantees.md)."`
 	OrderingKey       string `name:"ordering-key" env:"OUTBOX_ORDERING_KEY" help:"Comma-separated columns identifying an aggregate in ordered mode (default: the aggregate type and id columns)."`
 	OrderedDeadLetter string `name:"ordered-dead-letter" env:"OUTBOX_ORDERED_DEAD_LETTER" default:"block" enum:"block,continue" help:"In ordered mode, what a dead-lettered event does to its aggregate: block (its later events wait until it is requeued or deleted) or continue."`
 
-	ColumnID            string `name:"column-id" env:"OUTBOX_COLUMN_ID" default:"id" group:"Column mapping (existing tables)" help:"bigint column giving insert order."`
+	ColumnID            string `name:"column-id" env:"OUTBOX_COLUMN_ID" default:"id" group:"Column mapping (existing tables)" help:"Integer column identifying a row (its ids may come from anywhere: claims follow relay_seq)."`
 	ColumnEventID       string `name:"column-event-id" env:"OUTBOX_COLUMN_EVENT_ID" default:"event_id" group:"Column mapping (existing tables)" help:"Column sent as the AMQP message id."`
 	ColumnAggregateType string `name:"column-aggregate-type" env:"OUTBOX_COLUMN_AGGREGATE_TYPE" default:"aggregate_type" group:"Column mapping (existing tables)" help:"Aggregate type column."`
 	ColumnAggregateID   string `name:"column-aggregate-id" env:"OUTBOX_COLUMN_AGGREGATE_ID" default:"aggregate_id" group:"Column mapping (existing tables)" help:"Aggregate id column."`
