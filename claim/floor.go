@@ -28,9 +28,10 @@ package claim
 // claim may take, or that has not yet been pending for long. A row that
 // stays not due is parked and passed: a row backing off after a failed
 // publish at once, a leased one once its lease has held the floor for
-// parkAfter (its relay is slow, or died). The store remembers parked rows,
-// by id, with the time each falls due, and claims them by id, through the
-// primary key, when it does; a row it finds settled is forgotten.
+// parkAfter (its relay is slow, or died) or once it has lapsed, whichever
+// comes first. The store remembers parked rows, by id, with the time each
+// falls due, and claims them by id, through the primary key, when it does;
+// a row it finds settled is forgotten.
 //
 // Rows that become pending again below the floor by other means (requeued
 // dead letters, rows reset by hand) are found by the sweep, which walks the
@@ -395,6 +396,13 @@ func (s *Store) raiseFloor(heads []head, known int64) {
 		}
 		park := false
 		switch {
+		case h.dueMS <= 0 && h.lease.Valid:
+			// Its lease lapsed before it was parked: its relay died, or
+			// failed to renew it. Nothing announces a lapse (no insert, no
+			// notification), and the relay may have claimed all else:
+			// parked, due now, it wakes the relay (ParkedDue) and is
+			// claimed by id.
+			park = true
 		case h.dueMS <= 0:
 			// Claimable: a claim takes it.
 		case !h.lease.Valid:

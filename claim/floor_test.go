@@ -185,6 +185,54 @@ func TestLeasedRowsOfADeadClaimerAreClaimedAfterTheirLease(t *testing.T) {
 	}
 }
 
+// A dead claimer's lease can lapse before it has held the floor for a
+// second: the relay that stays started late, or its floor came to the
+// lease only after parking others before it. Nothing announces a lapse (no
+// insert, no notification), and a relay that has claimed everything else
+// waits for a notification, its fallback poll or a parked row's time: the
+// floor parks the lapsed rows then, due at once, so that the relay is
+// woken for them (ParkedDue) and claims them by id. The store's clock
+// stands still here, so the lease never holds the floor for a second.
+func TestLeaseLapsedBeforeItWasParkedIsParkedDueAtOnce(t *testing.T) {
+	t.Parallel()
+	_, pool := testkit.NewOutbox(t)
+	dead, err := claim.New(pool, claim.Config{Lease: time.Hour})
+	require.NoError(t, err)
+	start := time.Now()
+	s, err := claim.New(pool, claim.Config{Now: func() time.Time { return start }})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.InsertEvents(t, pool, 5)
+	b, err := dead.Claim(ctx, 5)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 5) // and never marked: its relay was killed
+	testkit.InsertEvents(t, pool, 100)
+	require.Equal(t, 100, publishAll(t, s))
+	for range 3 {
+		require.NoError(t, s.Advance(ctx))
+	}
+	require.Zero(t, s.Floor(), "the lease holds the floor")
+	require.True(t, s.Unsettled(), "a leased row holds the floor: the relay keeps advancing")
+	require.Zero(t, s.Parked())
+
+	// The lease lapses: its relay is gone and nothing renews it.
+	testkit.Exec(t, pool, `UPDATE outbox SET available_at = now() WHERE lease_id = $1`, b.Lease)
+	require.NoError(t, s.Advance(ctx))
+	due, parked := s.ParkedDue()
+	require.True(t, parked, "the lapsed rows are claimable, and nothing tells the relay to claim them")
+	require.Zero(t, due)
+	require.Equal(t, 5, s.Parked())
+	require.Equal(t, int64(105), s.Floor())
+
+	got, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, got.Events, 5)
+	for i, e := range got.Events {
+		require.Equal(t, b.Events[i].ID, e.ID)
+	}
+	require.Zero(t, s.Parked())
+}
+
 // Dead letters requeued by hand are pending again below the floor, where
 // claims do not look: a rescan sweeps below the floor and parks them, and
 // the next claim takes them.

@@ -47,6 +47,7 @@ type options struct {
 	notify   notify.Config
 	noListen bool
 	noGate   bool // producers always notify, as with a schema from before the gate
+	floor    bool // claims start above the store's floor, as the binary's do
 	// gateTTL is the gate's TTL (notify.NewGate's ttl); 0 means its
 	// default, 2s.
 	gateTTL time.Duration
@@ -107,6 +108,9 @@ func (e *env) start(t *testing.T, o options) *running {
 		gate, err := notify.NewGate(relayPool, "outbox", pgx.Identifier{"outbox"}, pgx.Identifier{"outbox_wakeup"}, o.gateTTL)
 		require.NoError(t, err)
 		o.relay.Gate = gate
+	}
+	if o.floor {
+		o.relay.Floor = store
 	}
 	if o.relay.Logger == nil {
 		o.relay.Logger = testLogger(t)
