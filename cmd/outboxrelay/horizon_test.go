@@ -108,20 +108,33 @@ func TestRetriedEventBelowTheFloorIsDeliveredWhenDue(t *testing.T) {
 // them below the floor of the relay that stays, which publishes thousands
 // of later events meanwhile: once the leases expire, it delivers those
 // events too, waking for them when they fall due, with the fallback poll
-// an hour away and nothing else inserted.
+// an hour away and nothing else inserted. The killed relay holds 30 leases
+// (30 workers, batches of 10), which lapse 4 s after its claims: the floor
+// parks a lease once it has held the floor for a second, or has lapsed,
+// and most of the 30 lapse first.
 func TestKilledRelaysLeasedEventsBelowTheFloorAreDelivered(t *testing.T) {
 	t.Parallel()
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
 	proxy, amqpURL := testkit.NewAMQPProxy(t)
-	a := startRelay(t, relayEnv(dbURL, exchange, "AMQP_URL="+amqpURL), "--lease=4s", "--confirm-timeout=3s")
+	a := startRelay(t, relayEnv(dbURL, exchange, "AMQP_URL="+amqpURL), "--lease=4s", "--confirm-timeout=3s",
+		"--workers=30", "--batch-size=10")
 	testkit.InsertEvents(t, pool, 1)
 	queue.Receive(t, 1, 30*time.Second)
+	// Relay A marks the first event before the black hole: had its
+	// confirmation been lost there, the event would stay leased beside the
+	// 300, the wait below would see no 300 leases until A's publishes had
+	// failed and been retried, and would stop at an instant of A's retries,
+	// with any 300 of the 301 leased.
+	testkit.WaitFor(t, 30*time.Second, "relay A to mark the first event", func() bool {
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE status = 'pending'`) == 0
+	})
 	proxy.Blackhole()
 	testkit.InsertEvents(t, pool, 300)
 	testkit.WaitFor(t, 20*time.Second, "relay A to hold the 300 events' leases", func() bool {
-		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox WHERE lease_id IS NOT NULL AND available_at > now()`) == 300
+		return testkit.QueryInt(t, pool, `SELECT count(*) FROM outbox
+			WHERE status = 'pending' AND lease_id IS NOT NULL AND available_at > now()`) == 300
 	})
 	a.Kill()
 
