@@ -33,6 +33,16 @@ package claim
 // falls due, and claims them by id, through the primary key, when it does;
 // a row it finds settled is forgotten.
 //
+// A pending row above the floor that the floor cannot park, because it lies
+// above the frontier or is due already, is watched instead: the store
+// remembers when it falls due, so that the relay wakes for it as for a
+// parked row, and, in unordered mode, a due one a claim could not take
+// (another transaction holds it: a Cancel not yet committed, a SELECT ...
+// FOR UPDATE) is looked at again every parkRecheck until a claim takes it
+// or it is gone. Without it such a row waits for a claim that something
+// else brings: a transaction that only deletes from the table (a Cancel)
+// holds the frontier as an inserting one does.
+//
 // Rows that become pending again below the floor by other means (requeued
 // dead letters, rows reset by hand) are found by the sweep, which walks the
 // whole of the pending index below the floor, a bounded range at a time:
@@ -87,6 +97,7 @@ type floor struct {
 		writers []string // the transactions writing then, not yet ended
 	}
 	parked    map[int64]parkedRow
+	watched   map[int64]time.Time  // rows above the floor Advance could not park → when to claim (watch)
 	leases    map[string]time.Time // lease → when it was first seen holding the floor
 	sweep     int64                // where the sweep has walked to
 	sweepTo   int64                // where it stops; 0 when none runs
@@ -106,18 +117,23 @@ func (s *Store) Parked() int {
 	return len(s.floor.parked)
 }
 
-// ParkedDue returns how long until the earliest parked row falls due, and
-// false if none is parked.
+// ParkedDue returns how long until the earliest parked or watched row
+// falls due (or is to be looked at again), and false if there is none.
 func (s *Store) ParkedDue() (time.Duration, bool) {
 	s.floor.mu.Lock()
 	defer s.floor.mu.Unlock()
-	if len(s.floor.parked) == 0 {
+	if len(s.floor.parked) == 0 && len(s.floor.watched) == 0 {
 		return 0, false
 	}
 	var first time.Time
 	for _, p := range s.floor.parked {
 		if first.IsZero() || p.due.Before(first) {
 			first = p.due
+		}
+	}
+	for _, due := range s.floor.watched {
+		if first.IsZero() || due.Before(first) {
+			first = due
 		}
 	}
 	return max(first.Sub(s.now()), 0), true
@@ -159,13 +175,21 @@ func (s *Store) startSweep() {
 }
 
 // dueParked returns the parked rows due now, at most limit, for a claim.
+// The watched rows due now are the claim's to take above the floor: until
+// an advance or a claim says otherwise, they too are looked at again in
+// parkRecheck.
 func (s *Store) dueParked(limit int) []int64 {
 	s.floor.mu.Lock()
 	defer s.floor.mu.Unlock()
+	now := s.now()
+	for id, due := range s.floor.watched {
+		if !due.After(now) {
+			s.floor.watched[id] = now.Add(parkRecheck)
+		}
+	}
 	if len(s.floor.parked) == 0 {
 		return nil
 	}
-	now := s.now()
 	var ids []int64
 	for id, p := range s.floor.parked {
 		if !p.due.After(now) {
@@ -182,10 +206,13 @@ func (s *Store) dueParked(limit int) []int64 {
 	return ids
 }
 
-// parkRecheck is how soon a parked row that was due but not claimed is
-// looked at again: another relay may hold it, or its time may not have
-// come by the database's clock.
-const parkRecheck = 100 * time.Millisecond
+// parkRecheck is how soon a parked or watched row that was due but not
+// claimed is looked at again: another transaction may hold it (a Cancel or
+// a SELECT ... FOR UPDATE not yet ended, another relay's claim), or its
+// time may not have come by the database's clock. It bounds how late such
+// a row goes out after what held it ends; a claim every parkRecheck is
+// what a row held past its time costs, for as long as it is held.
+const parkRecheck = 25 * time.Millisecond
 
 // ParkedRereadEvery is how often Advance rereads the parked rows, to
 // forget those settled by another relay and to learn the new due times of
@@ -197,12 +224,18 @@ const ParkedRereadEvery = time.Second
 // a row in flight below the floor heads its aggregate as a parked one does,
 // and holds it back from the store's other claims until it settles (the
 // reread of the parked rows forgets it then).
+// The watched rows a claim took are forgotten in either mode.
 func (s *Store) unpark(events []Event) {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	if len(s.floor.watched) > 0 {
+		for _, e := range events {
+			delete(s.floor.watched, e.ID)
+		}
+	}
 	if s.floor.at.Load() == 0 || s.cfg.Ordering == OrderAggregate {
 		return
 	}
-	s.floor.mu.Lock()
-	defer s.floor.mu.Unlock()
 	for _, e := range events {
 		delete(s.floor.parked, e.ID)
 	}
@@ -271,9 +304,9 @@ func (s *Store) Advance(ctx context.Context) error {
 		}
 		return fmt.Errorf("advance: %w", err)
 	}
-	known := f.frontier
+	known, heads := f.frontier, r.heads
 	if f.moveFrontier(r.last, r.writers) {
-		known = 0 // the sequence went back: the rows read are of no use
+		known, heads = 0, nil // the sequence went back: the rows read are of no use
 	}
 	if s.now().Sub(f.lastCheck) >= ParkedRereadEvery {
 		if err := s.checkParked(ctx); err != nil {
@@ -281,7 +314,8 @@ func (s *Store) Advance(ctx context.Context) error {
 		}
 		f.lastCheck = s.now()
 	}
-	s.raiseFloor(r.heads, known)
+	s.raiseFloor(heads, known)
+	s.watch(heads)
 	if f.sweepTo == 0 && s.cfg.SweepInterval > 0 && s.now().Sub(f.lastSweep) >= s.cfg.SweepInterval {
 		s.startSweep()
 	}
@@ -317,7 +351,15 @@ func (s *Store) advanceRound(ctx context.Context) (round, error) {
 	var seqs, ids []int64
 	var leases, keys []pgtype.Text
 	var due []float64
-	rows, err := s.db.Query(ctx, s.q.advance, s.q.table, seq, s.floor.at.Load(), s.floor.frontier, advanceRows)
+	// The rows above the floor are read while the floor is below the
+	// frontier known, and while a move of the frontier waits for a
+	// writer: the floor may not pass the rows it covers then, but they
+	// are watched (watch).
+	upTo := s.floor.frontier
+	if s.floor.round.active {
+		upTo = s.floor.round.last
+	}
+	rows, err := s.db.Query(ctx, s.q.advance, s.q.table, seq, s.floor.at.Load(), upTo, advanceRows)
 	if err == nil {
 		_, err = pgx.CollectExactlyOneRow(rows, func(cr pgx.CollectableRow) (struct{}, error) {
 			return struct{}{}, cr.Scan(&r.last, &r.writers, &seqs, &ids, &leases, &due, &keys)
@@ -435,6 +477,35 @@ func (s *Store) raiseFloor(heads []head, known int64) {
 	if to > at {
 		f.at.Store(to)
 	}
+}
+
+// watch remembers, of heads, the pending rows above the floor that no
+// lease holds, with when each falls due, for ParkedDue: the floor parks no
+// row above the frontier and stops below a row due now, and nothing else
+// would wake the relay for them. A row a claim looked at since it fell due
+// keeps the time dueParked gave it. In ordered mode only rows not yet due
+// are watched: a due row a claim did not take may wait for its aggregate,
+// and what unblocks an aggregate wakes the relay itself. Called with mu
+// held, after raiseFloor.
+func (s *Store) watch(heads []head) {
+	f := &s.floor
+	at := f.at.Load()
+	now := s.now()
+	var watched map[int64]time.Time
+	for _, h := range heads {
+		if h.seq <= at || h.lease.Valid || (h.dueMS <= 0 && s.cfg.Ordering == OrderAggregate) {
+			continue
+		}
+		due := now.Add(time.Duration(max(h.dueMS, 0) * float64(time.Millisecond)))
+		if next, ok := f.watched[h.id]; ok && next.After(due) {
+			due = next
+		}
+		if watched == nil {
+			watched = map[int64]time.Time{}
+		}
+		watched[h.id] = due
+	}
+	f.watched = watched
 }
 
 // checkParked rereads the parked rows: one settled (or gone) is forgotten,

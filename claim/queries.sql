@@ -120,12 +120,13 @@ SELECT count(*), max(at) FROM gone;
 -- name: advance
 -- One round trip per advance (floor.go). $1 the table (regclass text), $2
 -- its seq column's sequence (regclass text), $3 the floor, $4 the frontier
--- known before this statement, $5 how many rows. The sequence's last value,
+-- known before this statement (or, while its move waits for writers, the
+-- last value the move covers), $5 how many rows. The sequence's last value,
 -- read first; the transactions writing to the table, read after it (the
 -- subquery refers to that value, so it runs once the value is read); and,
--- when the floor is below that frontier, the first pending rows above the
--- floor in seq order, each with its id, lease, milliseconds until it is due
--- (0 or less: due now) and, in ordered mode, its aggregate, as arrays.
+-- when the floor is below $4, the first pending rows above the floor in seq
+-- order, each with its id, lease, milliseconds until it is due (0 or less:
+-- due now) and, in ordered mode, its aggregate, as arrays.
 SELECT w.last, w.writers, h.seqs, h.ids, h.leases, h.due_ms, h.keys
 FROM (
     SELECT s.last, ({{writers}} AND s.last IS NOT NULL) AS writers

@@ -16,8 +16,10 @@ type Floor interface {
 	// Unsettled reports whether Advance has work left that no claim will
 	// bring and that cannot wait (a sweep under way, a frontier to move).
 	Unsettled() bool
-	// ParkedDue is how long until the earliest parked row falls due, and
-	// whether any is parked.
+	// ParkedDue is how long until the earliest parked row falls due, or
+	// a row above the floor the floor watches (one it could not park, or
+	// a due one a claim could not take, looked at again), and whether
+	// there is any.
 	ParkedDue() (time.Duration, bool)
 	// Rescan sweeps below the floor for rows made pending there by other
 	// means than a relay's own.
@@ -104,9 +106,10 @@ func (r *Relay) advance(ctx context.Context) {
 }
 
 // wakeForParked asks the poll loop to wake the workers when the earliest
-// parked row falls due. The advance loop asks after each advance, and a
-// claim after it took rows (they may have been the earliest: the next one
-// is then due sooner than the advance loop's next tick).
+// parked or watched row falls due (Floor.ParkedDue). The advance loop asks
+// after each advance, and a claim after it took rows (they may have been
+// the earliest: the next one is then due sooner than the advance loop's
+// next tick).
 func (r *Relay) wakeForParked() {
 	if r.cfg.Floor == nil {
 		return

@@ -1,0 +1,62 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/outboxrelay/outboxrelay/claim"
+	"github.com/outboxrelay/outboxrelay/internal/testkit"
+)
+
+// A transaction that only deletes from the outbox (a Cancel) holds the
+// frontier below the rows written after it began, so the floor parks none
+// of them; the store watches them all the same: ParkedDue reports a row
+// scheduled an hour ahead, and a due one that another transaction holds,
+// which a claim could not take, is to be looked at again within the
+// recheck interval; once a claim takes it, only the scheduled row is left.
+func TestRowsAboveAHeldFrontierAreWatched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	hold, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer hold.Rollback(ctx) //nolint:errcheck // only holds the lock
+	_, err = hold.Exec(ctx, `DELETE FROM outbox WHERE id = -1`)
+	require.NoError(t, err)
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, available_at)
+		VALUES ('cart', 'later', 'expired', '{}', now() + interval '1 hour'), ('cart', 'due', 'expired', '{}', now())`)
+	locked, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer locked.Rollback(ctx) //nolint:errcheck // released below
+	_, err = locked.Exec(ctx, `SELECT 1 FROM outbox WHERE aggregate_id = 'due' FOR UPDATE`)
+	require.NoError(t, err)
+
+	for range 3 {
+		require.NoError(t, s.Advance(ctx))
+	}
+	require.Zero(t, s.Floor(), "the floor passed rows a writer may still hold ids below")
+	d, ok := s.ParkedDue()
+	require.True(t, ok, "no wake-up for the rows above the floor")
+	require.Zero(t, d, "the due row: due now")
+
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, b.Events, "claimed the locked row or the scheduled one")
+	d, ok = s.ParkedDue()
+	require.True(t, ok, "the due row the claim could not take is not looked at again")
+	require.LessOrEqual(t, d, 25*time.Millisecond, "the due row the claim could not take is looked at again only in %s", d)
+
+	require.NoError(t, locked.Rollback(ctx))
+	b, err = s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, b.Events, 1)
+	require.Equal(t, "due", b.Events[0].AggregateID)
+	d, ok = s.ParkedDue()
+	require.True(t, ok, "the scheduled row is no longer watched")
+	require.Greater(t, d, 59*time.Minute, "the row claimed is still watched")
+}
