@@ -109,7 +109,8 @@ func (r *Relay) advance(ctx context.Context) {
 // parked or watched row falls due (Floor.ParkedDue). The advance loop asks
 // after each advance, and a claim after it took rows (they may have been
 // the earliest: the next one is then due sooner than the advance loop's
-// next tick).
+// next tick) or none (a due row it could not take is to be looked at
+// again sooner than that tick too).
 func (r *Relay) wakeForParked() {
 	if r.cfg.Floor == nil {
 		return

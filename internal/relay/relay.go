@@ -275,6 +275,10 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		if n == 0 {
 			r.lookAhead.Store(true)
 			r.kickAdvance()
+			// A due row the claim could not take (another transaction
+			// holds it) is looked at again soon (claim.Store.ParkedDue),
+			// sooner than a busy advance loop's next tick.
+			r.wakeForParked()
 			return
 		}
 		r.meter.observe(batch.Events[n-1].ID)
