@@ -15,11 +15,14 @@ package claim
 // The floor never passes the frontier, the highest seq no open transaction
 // can still commit. The seq column is the relay's, not the application's:
 // its default draws from a sequence of cache 1 (Check proves both), so
-// every row's seq is taken by the INSERT that writes it, while that INSERT
-// holds the table's ROW EXCLUSIVE lock, whatever the application does with
-// its ids (hands them out in blocks, takes them before the insert, chooses
-// them). So the frontier moves to the sequence's last value, read first,
-// once every transaction writing to the table when it was read has ended.
+// every row's seq is taken by the INSERT that writes it, whatever the
+// application does with its ids (hands them out in blocks, takes them
+// before the insert, chooses them). nextval locks the sequence (ROW
+// EXCLUSIVE) before it hands out a value and keeps the lock to its
+// transaction's end. So the frontier moves to the sequence's last value,
+// read first, once every transaction that held that lock when it was read
+// has ended: the inserts, and no other writer (a Cancel's DELETE, a
+// SELECT ... FOR UPDATE, a relay's own claims do not hold it back).
 // A transaction that inserts and commits minutes later holds the frontier,
 // and with it the floor, below its seq until it does: its event is claimed
 // as soon as it is committed, however many later ones went first.
@@ -94,7 +97,7 @@ type floor struct {
 	round    struct { // the frontier's move in progress
 		active  bool
 		last    int64    // the sequence's last value when it began
-		writers []string // the transactions writing then, not yet ended
+		writers []string // the transactions inserting then, not yet ended
 	}
 	parked    map[int64]parkedRow
 	watched   map[int64]time.Time  // rows above the floor Advance could not park → when to claim (watch)
@@ -278,7 +281,8 @@ var ErrNoFrontier = errors.New("no frontier")
 // made while another runs returns at once. A relay calls it a few times a
 // second while it claims.
 //
-// Its one statement reads the sequence, then the table's writers, and the
+// Its one statement reads the sequence, then the table's inserters (the
+// transactions that drew from it and have not ended), and the
 // first pending rows above the floor. Those rows are read with the
 // statement's snapshot, taken before the writers were: the floor may pass
 // them only up to the frontier known before the statement began, whose
@@ -337,7 +341,7 @@ type head struct {
 // round is what one advance's statement read.
 type round struct {
 	last    int64    // the sequence's last value
-	writers []string // the transactions writing to the table after it was read
+	writers []string // the transactions that drew from the sequence and had not ended, read after it
 	heads   []head   // the first pending rows above the floor in seq order, if below the frontier known
 }
 
@@ -359,7 +363,7 @@ func (s *Store) advanceRound(ctx context.Context) (round, error) {
 	if s.floor.round.active {
 		upTo = s.floor.round.last
 	}
-	rows, err := s.db.Query(ctx, s.q.advance, s.q.table, seq, s.floor.at.Load(), upTo, advanceRows)
+	rows, err := s.db.Query(ctx, s.q.advance, seq, s.floor.at.Load(), upTo, advanceRows)
 	if err == nil {
 		_, err = pgx.CollectExactlyOneRow(rows, func(cr pgx.CollectableRow) (struct{}, error) {
 			return struct{}{}, cr.Scan(&r.last, &r.writers, &seqs, &ids, &leases, &due, &keys)
@@ -380,7 +384,8 @@ func (s *Store) advanceRound(ctx context.Context) (round, error) {
 
 // moveFrontier ends the frontier's move in progress if its writers have
 // all ended, and begins the next one: last is the sequence's last value,
-// writing the transactions writing to the table, read after it. It reports
+// writing the transactions that had drawn from it and not ended, read
+// after it. It reports
 // whether the sequence went back (restarted): values at or below the floor
 // are handed out again, and the floor starts over.
 func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
@@ -394,7 +399,7 @@ func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 		f.frontier, f.round.active = f.round.last, false
 	}
 	if last == f.frontier {
-		return false // no id handed out since: the frontier is where it can be
+		return false // no value handed out since: the frontier is where it can be
 	}
 	if last < f.frontier {
 		f.frontier = 0
@@ -403,7 +408,7 @@ func (f *floor) moveFrontier(last int64, writing []string) (reset bool) {
 		reset = true
 	}
 	// The sequence was read first: a transaction that took a value up to
-	// last held the table's lock already when the writers were read, or
+	// last held the sequence's lock already when the writers were read, or
 	// had ended.
 	if len(writing) == 0 {
 		f.frontier = last

@@ -118,19 +118,21 @@ WITH gone AS (
 SELECT count(*), max(at) FROM gone;
 
 -- name: advance
--- One round trip per advance (floor.go). $1 the table (regclass text), $2
--- its seq column's sequence (regclass text), $3 the floor, $4 the frontier
--- known before this statement (or, while its move waits for writers, the
--- last value the move covers), $5 how many rows. The sequence's last value,
--- read first; the transactions writing to the table, read after it (the
--- subquery refers to that value, so it runs once the value is read); and,
--- when the floor is below $4, the first pending rows above the floor in seq
+-- One round trip per advance (floor.go). $1 the seq column's sequence
+-- (regclass text), $2 the floor, $3 the frontier known before this
+-- statement (or, while its move waits for writers, the last value the move
+-- covers), $4 how many rows. The sequence's last value,
+-- read first; the transactions that have drawn from it and not ended (the
+-- inserts; nextval holds the sequence's lock to the transaction's end),
+-- read after it (the subquery refers to that value, so it runs once the
+-- value is read); and,
+-- when the floor is below $3, the first pending rows above the floor in seq
 -- order, each with its id, lease, milliseconds until it is due (0 or less:
 -- due now) and, in ordered mode, its aggregate, as arrays.
 SELECT w.last, w.writers, h.seqs, h.ids, h.leases, h.due_ms, h.keys
 FROM (
-    SELECT s.last, ({{writers}} AND s.last IS NOT NULL) AS writers
-    FROM (SELECT coalesce(pg_sequence_last_value($2::regclass), 0) AS last) AS s
+    SELECT s.last, ({{inserting}} AND s.last IS NOT NULL) AS writers
+    FROM (SELECT coalesce(pg_sequence_last_value($1::regclass), 0) AS last) AS s
 ) AS w, (
     SELECT coalesce(array_agg(r.seq ORDER BY r.seq), '{}') AS seqs,
         coalesce(array_agg(r.id ORDER BY r.seq), '{}') AS ids,
@@ -141,9 +143,9 @@ FROM (
         SELECT {{.Seq}} AS seq, {{.ID}} AS id, {{.LeaseID}}::text AS lease,
             extract(epoch FROM {{.AvailableAt}} - now())::float8 * 1000 AS due_ms, {{keyText "t"}} AS key
         FROM {{.Table}} AS t
-        WHERE {{.Status}} = {{.Pending}} AND {{.Seq}} > $3 AND $3 < $4
+        WHERE {{.Status}} = {{.Pending}} AND {{.Seq}} > $2 AND $2 < $3
         ORDER BY {{.Seq}}
-        LIMIT $5
+        LIMIT $4
     ) AS r
 ) AS h;
 

@@ -55,8 +55,9 @@ func render(cfg Config) (queries, error) {
 		}
 		return "ROW(" + funcs["key"].(func(string) string)(alias) + ")::text"
 	}
-	// writers lists the transactions writing to the table, $1.
-	funcs["writers"] = func() string { return tablewriters.Select }
+	// inserting lists the transactions that have drawn from the seq
+	// column's sequence, $1, and not yet ended: the table's inserts.
+	funcs["inserting"] = func() string { return tablewriters.Drawing }
 	funcs["size"] = func(alias string) string {
 		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0) + coalesce(pg_column_size(%[1]s.%[4]s), 0)",
 			alias, data["Payload"], data["PayloadBytes"], data["Headers"])

@@ -509,7 +509,7 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 	const lease = "'00000000-0000-4000-8000-000000000000'"
 	args := map[string]string{
 		"claim":            "500, 30000, " + lease + ", 16777216, 0, '{}'",
-		"advance":          "'outbox', 'outbox_id_seq', 0, 100000, 256",
+		"advance":          "'public.outbox_relay_seq_seq', 0, 100000, 256",
 		"parked":           "'{1,2}'",
 		"sweep":            "0, 50000",
 		"mark_published":   "'{1,2,3}'",

@@ -11,9 +11,9 @@ import (
 	"github.com/outboxrelay/outboxrelay/internal/testkit"
 )
 
-// A transaction that only deletes from the outbox (a Cancel) holds the
-// frontier below the rows written after it began, so the floor parks none
-// of them; the store watches them all the same: ParkedDue reports a row
+// A transaction that has inserted an event and not yet ended holds the
+// frontier below the rows written after it, so the floor parks none of
+// them; the store watches them all the same: ParkedDue reports a row
 // scheduled an hour ahead, and a due one that another transaction holds,
 // which a claim could not take, is to be looked at again within the
 // recheck interval; once a claim takes it, only the scheduled row is left.
@@ -25,8 +25,8 @@ func TestRowsAboveAHeldFrontierAreWatched(t *testing.T) {
 	require.NoError(t, err)
 	hold, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	defer hold.Rollback(ctx) //nolint:errcheck // only holds the lock
-	_, err = hold.Exec(ctx, `DELETE FROM outbox WHERE id = -1`)
+	defer hold.Rollback(ctx) //nolint:errcheck // only holds the frontier
+	_, err = hold.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('cart', 'held', 'expired', '{}')`)
 	require.NoError(t, err)
 	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, available_at)
 		VALUES ('cart', 'later', 'expired', '{}', now() + interval '1 hour'), ('cart', 'due', 'expired', '{}', now())`)
@@ -39,7 +39,7 @@ func TestRowsAboveAHeldFrontierAreWatched(t *testing.T) {
 	for range 3 {
 		require.NoError(t, s.Advance(ctx))
 	}
-	require.Zero(t, s.Floor(), "the floor passed rows a writer may still hold ids below")
+	require.Zero(t, s.Floor(), "the floor passed rows an open insert may still commit below")
 	d, ok := s.ParkedDue()
 	require.True(t, ok, "no wake-up for the rows above the floor")
 	require.Zero(t, d, "the due row: due now")
@@ -59,4 +59,26 @@ func TestRowsAboveAHeldFrontierAreWatched(t *testing.T) {
 	d, ok = s.ParkedDue()
 	require.True(t, ok, "the scheduled row is no longer watched")
 	require.Greater(t, d, 59*time.Minute, "the row claimed is still watched")
+}
+
+// A transaction that deletes from the outbox but inserts nothing (a
+// Cancel held open) holds no frontier: the floor passes the rows inserted
+// and published after it began.
+func TestACancelHeldOpenHoldsNoFrontier(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := testkit.NewOutbox(t)
+	s, err := claim.New(pool, claim.Config{})
+	require.NoError(t, err)
+	cancel, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer cancel.Rollback(ctx) //nolint:errcheck // only holds its lock
+	_, err = cancel.Exec(ctx, `DELETE FROM outbox WHERE event_id = gen_random_uuid()`)
+	require.NoError(t, err)
+	testkit.InsertEvents(t, pool, 10)
+	require.Equal(t, 10, publishAll(t, s))
+	for range 2 {
+		require.NoError(t, s.Advance(ctx))
+	}
+	require.Equal(t, int64(10), s.Floor(), "the Cancel held the frontier")
 }
