@@ -89,7 +89,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	var heads int64 // ordered: the heads a full read found, -1 if not full
 	if ordered {
 		// Every parked row, due or not: one not due holds its aggregate.
-		floor, parked := s.floorAndParked()
+		floor, parked := s.orderedParked()
 		scan = s.scan.next(limit)
 		args = append(args, floor, scan, parked)
 	} else {

@@ -150,6 +150,27 @@ func (s *Store) floorAndParked() (int64, []int64) {
 	return s.floor.at.Load(), slices.Collect(maps.Keys(s.floor.parked))
 }
 
+// orderedParked returns the floor and every parked row's id, due or not,
+// for an ordered claim (a parked row not due holds its aggregate). As
+// dueParked does for an unordered claim, it has the rows due now looked at
+// again only in parkRecheck: a claim that cannot take one (another
+// transaction holds it, it is in flight, its aggregate waits) would
+// otherwise be woken for it again at once, and again.
+func (s *Store) orderedParked() (int64, []int64) {
+	s.floor.mu.Lock()
+	defer s.floor.mu.Unlock()
+	now := s.now()
+	ids := make([]int64, 0, len(s.floor.parked))
+	for id, p := range s.floor.parked {
+		if !p.due.After(now) {
+			p.due = now.Add(parkRecheck)
+			s.floor.parked[id] = p
+		}
+		ids = append(ids, id)
+	}
+	return s.floor.at.Load(), ids
+}
+
 // Unsettled reports whether Advance has work left that no claim brings
 // and that cannot wait: a sweep under way, a frontier move to finish, a
 // floor not yet raised to the frontier (it follows one advance behind), a

@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +82,39 @@ func TestACancelHeldOpenHoldsNoFrontier(t *testing.T) {
 		require.NoError(t, s.Advance(ctx))
 	}
 	require.Equal(t, int64(10), s.Floor(), "the Cancel held the frontier")
+}
+
+// An ordered claim is given every parked row; one that is due by the
+// store's clock but that the claim cannot take (here, not yet due by the
+// database's) is looked at again only after the recheck interval, not at
+// once: an empty claim asks for the next look (ParkedDue), and a due time
+// left in the past would have the relay claim again and again without a
+// pause for as long as the row stays untaken.
+func TestOrderedClaimLooksAgainAtAnUntakenParkedRowOnlyAfterTheRecheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, pool := newOrderedStore(t, claim.Config{Now: clock})
+	testkit.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, available_at)
+		VALUES ('cart', 'later', 'expired', '{}', now() + interval '1 hour')`)
+	for range 2 {
+		require.NoError(t, s.Advance(ctx))
+	}
+	require.Equal(t, 1, s.Parked())
+	mu.Lock()
+	now = now.Add(2 * time.Hour) // due by the store's clock
+	mu.Unlock()
+	d, ok := s.ParkedDue()
+	require.True(t, ok)
+	require.Zero(t, d)
+
+	b, err := s.Claim(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, b.Events, "claimed a row not due by the database's clock")
+	d, ok = s.ParkedDue()
+	require.True(t, ok)
+	require.Positive(t, d, "the untaken parked row is due again at once: the relay would claim without a pause")
+	require.LessOrEqual(t, d, 25*time.Millisecond)
 }

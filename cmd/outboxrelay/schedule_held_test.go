@@ -30,12 +30,12 @@ type heldSchedule struct {
 	arrived map[string]time.Time
 }
 
-func newHeldSchedule(t *testing.T) *heldSchedule {
+func newHeldSchedule(t *testing.T, ordering string) *heldSchedule {
 	t.Helper()
 	dbURL, pool := testkit.NewOutbox(t)
 	exchange := testkit.NewExchange(t)
 	queue := testkit.NewQueue(t, exchange, "#")
-	p := startedRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h")
+	p := startedRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--ordering="+ordering)
 	h := &heldSchedule{pool: pool, queue: queue, relay: p, arrived: map[string]time.Time{}}
 	// An event published proves the relay's start-up over, and with it the
 	// opening of its gate, which waits for the transactions writing to the
@@ -116,11 +116,25 @@ func (h *heldSchedule) await(t *testing.T, id string, timeout time.Duration) tim
 	}
 }
 
+// forEachOrdering runs f in parallel subtests, unordered and ordered.
+func forEachOrdering(t *testing.T, f func(t *testing.T, ordering string)) {
+	for _, ordering := range []string{"none", "aggregate"} {
+		t.Run(ordering, func(t *testing.T) {
+			t.Parallel()
+			f(t, ordering)
+		})
+	}
+}
+
 // A Cancel of X held open 1.5 s past X's time and then rolled back: X is
 // published soon after the rollback, not at the next insert or poll.
 func TestCancelHeldPastTheTimeThenRolledBackPublishesAtTheRollback(t *testing.T) {
 	t.Parallel()
-	h := newHeldSchedule(t)
+	forEachOrdering(t, testCancelHeldPastTheTime)
+}
+
+func testCancelHeldPastTheTime(t *testing.T, ordering string) {
+	h := newHeldSchedule(t, ordering)
 	tx := h.holdOutboxLock(t)
 	x, _, due := h.scheduleXZ(t)
 	n, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
@@ -141,7 +155,11 @@ func TestCancelHeldPastTheTimeThenRolledBackPublishesAtTheRollback(t *testing.T)
 // while X's Cancel is held open.
 func TestEventDueBesideAHeldCancelArrivesOnTime(t *testing.T) {
 	t.Parallel()
-	h := newHeldSchedule(t)
+	forEachOrdering(t, testEventDueBesideAHeldCancel)
+}
+
+func testEventDueBesideAHeldCancel(t *testing.T, ordering string) {
+	h := newHeldSchedule(t, ordering)
 	tx := h.holdOutboxLock(t)
 	x, z, due := h.scheduleXZ(t)
 	n, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
@@ -162,7 +180,7 @@ func TestEventDueBesideAHeldCancelArrivesOnTime(t *testing.T) {
 // soon after the lock is released.
 func TestEventLockedPastTheTimeArrivesAtTheRelease(t *testing.T) {
 	t.Parallel()
-	h := newHeldSchedule(t)
+	h := newHeldSchedule(t, "none")
 	x, z, due := h.scheduleXZ(t)
 	tx, err := h.pool.Begin(t.Context())
 	require.NoError(t, err)
@@ -187,7 +205,7 @@ func TestEventLockedPastTheTimeArrivesAtTheRelease(t *testing.T) {
 // at their time.
 func TestCancelRolledBackBeforeTheTimeArrivesOnTime(t *testing.T) {
 	t.Parallel()
-	h := newHeldSchedule(t)
+	h := newHeldSchedule(t, "none")
 	tx := h.holdOutboxLock(t)
 	x, z, due := h.scheduleXZ(t)
 	n, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
@@ -203,4 +221,33 @@ func TestCancelRolledBackBeforeTheTimeArrivesOnTime(t *testing.T) {
 		require.Less(t, at.Sub(due), time.Second, "event %s arrived long after its time", id)
 	}
 	h.relay.Stop(60 * time.Second)
+}
+
+// A slow business transaction that has written an event of its own and
+// stays open past Z's time holds the claims' frontier below Z: Z is
+// published at its time all the same, and the slow transaction's event as
+// soon as it commits.
+func TestEventDueWhileAnInsertStaysOpenArrivesOnTime(t *testing.T) {
+	t.Parallel()
+	forEachOrdering(t, func(t *testing.T, ordering string) {
+		h := newHeldSchedule(t, ordering)
+		slow, err := h.pool.Begin(t.Context())
+		require.NoError(t, err)
+		t.Cleanup(func() { slow.Rollback(t.Context()) })
+		ids, err := outbox.Writer{}.Write(t.Context(), slow, outbox.Event{AggregateType: "order", AggregateID: "slow", EventType: "placed", Payload: 3})
+		require.NoError(t, err)
+		_, z, due := h.scheduleXZ(t)
+
+		h.receiveUntil(t, due.Add(1500*time.Millisecond))
+		at, ok := h.arrived[z]
+		require.True(t, ok, "Z did not arrive in the 1.5 s after its time while an insert stayed open")
+		require.False(t, at.Before(due), "Z arrived %s before its time", due.Sub(at))
+		require.Less(t, at.Sub(due), time.Second, "Z arrived long after its time")
+		require.NoError(t, slow.Commit(t.Context()))
+		committed := time.Now()
+		atSlow := h.await(t, ids[0], 30*time.Second)
+		t.Logf("Z arrived %s after its time; the slow event %s after its commit", at.Sub(due), atSlow.Sub(committed))
+		require.Less(t, atSlow.Sub(committed), time.Second, "the slow transaction's event arrived long after its commit")
+		h.relay.Stop(60 * time.Second)
+	})
 }
