@@ -26,7 +26,7 @@ type BenchCmd struct {
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
 	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
 	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
-	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, horizon (not by default: about 14 minutes with its defaults)."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled,early-ids" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, early-ids, horizon (not by default: about 14 minutes with its defaults)."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
 	DrainEvents      int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
