@@ -89,6 +89,13 @@ type Config struct {
 	// proxy or load balancer in between may defeat).
 	Pinger Execer
 
+	// Instance, if set, has the listener hold an instance lock on each
+	// listening connection, under an id drawn for that connection, for as
+	// long as the connection lives (see Listener.Instance): the relay
+	// stamps the id on its claims, and other relays take those claims'
+	// rows over once the lock is gone. Default false.
+	Instance bool
+
 	// Logger receives the Listener's logs, with component=notify. Default:
 	// logs are discarded.
 	Logger *slog.Logger

@@ -33,6 +33,11 @@
 //     re-established. TCP keepalive on the listener's socket is a second,
 //     slower line of defence.
 //
+// With Config.Instance, the listening connection also holds an instance
+// lock under an id drawn for it (Listener.Instance): the relay stamps the
+// id on its claims, and other relays take those claims over once the lock
+// is gone with the connection's session.
+//
 // Everything stops when Run's context is cancelled.
 //
 // Gate silences the trigger while the relay is busy claiming anyway:

@@ -37,6 +37,9 @@ type Listener struct {
 	// holdsLock is set while the listening connection holds the listen
 	// lock (listenlock.go), cleared with each new connection.
 	holdsLock atomic.Bool
+	// instance is the id of the instance lock the listening connection
+	// holds (instance.go), 0 from the moment the connection is found lost.
+	instance atomic.Uint32
 
 	// The heartbeat: the watchdog sends sequence number pingSeq through the
 	// Pinger; the listening connection records the highest number it got
@@ -279,6 +282,7 @@ func (s *session) current() (gen uint64, connected bool) {
 // connection, which would otherwise wait on a silent peer.
 func (s *session) abandon() {
 	s.l.listening.Store(false)
+	s.l.instance.Store(0)
 	s.cancel()
 	s.mu.Lock()
 	conn := s.conn
@@ -302,6 +306,7 @@ func (s *session) connect(ctx context.Context) (*pgx.Conn, error) {
 	s.setConn(nil)
 	l.listening.Store(false)
 	l.holdsLock.Store(false)
+	l.instance.Store(0)
 	if l.waitNext {
 		d := l.backoff.NextBackOff()
 		l.log.Debug("listener reconnecting", "delay", d)
@@ -331,6 +336,9 @@ func (s *session) connect(ctx context.Context) (*pgx.Conn, error) {
 // logError is pgxlisten's LogError.
 func (s *session) logError(ctx context.Context, err error) {
 	l := s.l
+	// The connection is gone (pgxlisten reconnects next): so is its
+	// instance lock, whatever the server still holds.
+	l.instance.Store(0)
 	var logged *connectError
 	switch {
 	case ctx.Err() != nil:
@@ -358,9 +366,12 @@ func (h channelHandler) HandleNotification(_ context.Context, n *pgconn.Notifica
 
 func (h channelHandler) HandleBacklog(ctx context.Context, channel string, conn *pgx.Conn) error {
 	l := h.s.l
-	// LISTEN first, then the lock: a producer that finds a relay listening
-	// notifies a connection that receives it. The wake-up follows the lock,
-	// whose taking waited for the producers that did not notify.
+	// The instance lock first, so that the claims the wake-up brings carry
+	// the new id. LISTEN first, then the listen lock: a producer that finds
+	// a relay listening notifies a connection that receives it. The
+	// wake-up follows the lock, whose taking waited for the producers that
+	// did not notify.
+	l.takeInstanceLock(ctx, conn)
 	l.takeListenLock(ctx, conn)
 	l.signal()
 	l.backoff.Reset()

@@ -11,7 +11,8 @@
 // conflict, even with equal numbers: PostgreSQL keeps them apart.
 package lockkey
 
-// Two-key locks: the class here, the second key hashtext of a name.
+// Two-key locks: the class here, the second key hashtext of a name (but
+// for Relay's).
 const (
 	// GateV2 is the gate lock of triggers installed by migration 2, which
 	// read the gate sequence under it; (GateV2, hashtext(channel)). No
@@ -27,6 +28,12 @@ const (
 	// hashtext(channel)) exclusive and the trigger tries it shared,
 	// notifying only when that fails.
 	Listen = 1868722811
+	// Relay is a relay's instance lock: a running relay holds (Relay,
+	// its instance id) exclusive on its listening connection while that
+	// connection lives, and stamps the id on its claims' leases; another
+	// relay that finds the lock gone in pg_locks takes those claims'
+	// rows over. The second key is a random number, not a hash.
+	Relay = 1868722812
 )
 
 // One-key locks.

@@ -7,7 +7,7 @@ import "testing"
 // lock of channel outbox).
 func TestClassesAreDistinct(t *testing.T) {
 	seen := map[int]string{}
-	for name, class := range map[string]int{"GateV2": GateV2, "Gate": Gate, "Sampler": Sampler, "Listen": Listen} {
+	for name, class := range map[string]int{"GateV2": GateV2, "Gate": Gate, "Sampler": Sampler, "Listen": Listen, "Relay": Relay} {
 		if other, ok := seen[class]; ok {
 			t.Fatalf("%s and %s share class %d", name, other, class)
 		}
