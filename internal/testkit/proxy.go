@@ -51,8 +51,20 @@ func (p *Proxy) Restore() {
 
 // Blackhole stops forwarding data in both directions without closing
 // anything: a silent partition that only timeouts notice. Heal undoes it.
+// After LoseReplies it silences the client's side too.
 func (p *Proxy) Blackhole() {
 	p.addToxic("blackhole_up", "upstream", "timeout", `{"timeout":0}`)
+	if p.proxy.Toxics.GetToxic("blackhole_down") == nil {
+		p.addToxic("blackhole_down", "downstream", "timeout", `{"timeout":0}`)
+	}
+}
+
+// LoseReplies stops forwarding what the server sends, without closing
+// anything, while what the client sends still reaches the server: requests
+// are carried out and their replies lost, as those of requests in flight
+// when a partition strikes are. Blackhole then silences the client's side
+// too; Heal undoes both.
+func (p *Proxy) LoseReplies() {
 	p.addToxic("blackhole_down", "downstream", "timeout", `{"timeout":0}`)
 }
 
