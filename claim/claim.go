@@ -3,7 +3,6 @@ package claim
 import (
 	"cmp"
 	"context"
-	crand "crypto/rand"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -68,12 +67,10 @@ func (s *Store) Claim(ctx context.Context, limit int) (Batch, error) {
 // (it has no SendBatch, as *pgxpool.Pool has) gets the two statements one
 // after the other.
 func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) (Batch, error) {
-	var lease LeaseID
-	if _, err := crand.Read(lease[:]); err != nil {
-		return Batch{}, fmt.Errorf("claim batch: lease id: %w", err)
+	lease, err := s.newLease()
+	if err != nil {
+		return Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
-	lease[6] = lease[6]&0x0f | 0x40 // UUID version 4
-	lease[8] = lease[8]&0x3f | 0x80 // RFC 4122 variant
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout+clientGrace)
 	defer cancel()
 	// The statement weighs rows by their stored size, which compression
@@ -97,6 +94,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	}
 	rows, err := s.claimRows(ctx, published, args)
 	if err != nil {
+		s.noteLost(lease, err)
 		return Batch{}, err
 	}
 	// Room for a small batch only: at everyday rates a claim takes one
@@ -123,7 +121,9 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
-			return Batch{}, fmt.Errorf("claim batch: scan: %w", err)
+			err = fmt.Errorf("claim batch: scan: %w", err)
+			s.noteLost(lease, err) // the claim went on without the rows read
+			return Batch{}, err
 		}
 		e := r.event()
 		if ordered {
@@ -151,6 +151,7 @@ func (s *Store) MarkAndClaim(ctx context.Context, published []int64, limit int) 
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
+		s.noteLost(lease, err)
 		return Batch{}, fmt.Errorf("claim batch: %w", err)
 	}
 	if got := len(events) + len(overflow); got > 0 {

@@ -169,6 +169,16 @@ type Config struct {
 	// "What the statements write"). Default false: rows are kept as published
 	// until DeletePublished removes them.
 	DeleteConfirmed bool
+	// Instance, if set, names the relay whose claims these are, for as
+	// long as it lives: it returns the id of the instance lock
+	// (lockkey.Relay, id) the relay holds now on a session that lives as
+	// long as the relay does (its listening connection: see
+	// notify.Config.Instance), or 0 while it holds none. A claim made under
+	// an id carries it in its lease, and once that lock is gone another
+	// relay's Rescue makes the claim's rows claimable at once instead of
+	// when the lease expires. A claim made under 0 carries none and waits
+	// for its lease. Default nil: no claim carries an instance.
+	Instance func() uint32
 }
 
 // Ordering is the claim order; see Config.Ordering.

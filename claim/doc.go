@@ -6,9 +6,16 @@
 // A claim is one short statement that leases the rows it returns: it moves
 // their available_at to the lease deadline and stamps them with a lease id.
 // No transaction stays open while RabbitMQ is waited on. A lease that expires
-// (its relay died) makes the rows claimable again by anyone, so nothing needs
-// to rescue them; a late mark from the relay that lost its lease is still
-// correct, because a confirmed publish is a delivered event.
+// makes the rows claimable again by anyone; a late mark from the relay that
+// lost its lease is still correct, because a confirmed publish is a
+// delivered event.
+//
+// Rows need not wait for the lease when no relay will settle them. With
+// Config.Instance, a claim's lease names the relay instance that made it,
+// which holds an advisory lock while it lives; Rescue makes the rows of an
+// instance whose lock is gone claimable at once. A claim that failed after
+// it may have reached the server remembers its lease, and ReleaseLost gives
+// its rows back once the database answers (rescue.go).
 //
 // Extend renews a lease still held, for a batch that is slow to settle.
 // MarkAndClaim marks one batch and claims the next in one round trip and
@@ -26,8 +33,8 @@
 // an aggregate is claimable only while its head is due: a head that is
 // leased, backing off or dead-lettered blocks its aggregate through the
 // rows alone, with no lock held and no state beside the table, so a relay
-// that dies holding a head blocks the aggregate only until its lease
-// expires. A claim takes a run of consecutive due rows from each of many
+// that dies holding a head blocks the aggregate only until its claim is
+// rescued or its lease expires. A claim takes a run of consecutive due rows from each of many
 // claimable aggregates, found by a round-robin walk over the ordering
 // index (see ordered.sql), and returns each event's OrderingKey, so the
 // caller can publish each run in order. Unblocks tells the caller whether

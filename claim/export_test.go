@@ -8,8 +8,12 @@ func Statements(s *Store) map[string]string {
 		"claim": s.q.claim, "mark_published": s.q.markPublished, "retry": s.q.retry,
 		"release": s.q.release, "extend": s.q.extend, "delete_published": s.q.deletePublished, "check": s.q.check,
 		"advance": s.q.advance, "parked": s.q.parked, "sweep": s.q.sweep,
+		"rescue_held": s.q.rescueHeld, "rescue_instances": s.q.rescueInstances, "release_leases": s.q.releaseLeases,
 	}
 }
+
+// OutcomeUnknown is outcomeUnknown, for its table test.
+var OutcomeUnknown = outcomeUnknown
 
 // DBOf is the connection the store runs its statements on: the pool, or
 // the pool wrapped in LocalSettings when the store is pooled.

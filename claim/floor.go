@@ -329,6 +329,7 @@ func (s *Store) Advance(ctx context.Context) error {
 		}
 		return fmt.Errorf("advance: %w", err)
 	}
+	s.noteHeads(r.heads) // rescue.go
 	known, heads := f.frontier, r.heads
 	if f.moveFrontier(r.last, r.writers) {
 		known, heads = 0, nil // the sequence went back: the rows read are of no use

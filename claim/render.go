@@ -16,6 +16,9 @@ var queriesSQL string
 //go:embed ordered.sql
 var orderedSQL string
 
+//go:embed rescue.sql
+var rescueSQL string
+
 // queries are the store's statements, rendered for its table and columns.
 type queries struct {
 	// table is the table's name, quoted: in statements, and as regclass
@@ -25,6 +28,8 @@ type queries struct {
 	checkOrdering, sample                                                string
 	insertSequence, checkSeq, lastInsertID, notifyWaiters                string
 	advance, parked, sweep                                               string
+	// The statements of rescue.go.
+	rescueHeld, rescueInstances, releaseLeases, probe string
 }
 
 // render fills the templates of queries.sql and ordered.sql with cfg's
@@ -62,7 +67,7 @@ func render(cfg Config) (queries, error) {
 		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0) + coalesce(pg_column_size(%[1]s.%[4]s), 0)",
 			alias, data["Payload"], data["PayloadBytes"], data["Headers"])
 	}
-	named, err := sqltmpl.Render(funcs, data, queriesSQL, orderedSQL)
+	named, err := sqltmpl.Render(funcs, data, queriesSQL, orderedSQL, rescueSQL)
 	if err != nil {
 		return queries{}, fmt.Errorf("claim: %w", err)
 	}
@@ -84,6 +89,10 @@ func render(cfg Config) (queries, error) {
 		advance:         named["advance"],
 		parked:          named["parked"],
 		sweep:           named["sweep"],
+		rescueHeld:      named["rescue_held"],
+		rescueInstances: named["rescue_instances"],
+		releaseLeases:   named["release_leases"],
+		probe:           named["probe"],
 	}
 	if cfg.Ordering == OrderAggregate {
 		q.claim = named["claim_ordered"]

@@ -130,6 +130,9 @@ type Store struct {
 	// found it.
 	seqMu sync.Mutex
 	seq   *string
+	// rescue watches the rows other relays hold and remembers the claims
+	// whose outcome is unknown (rescue.go).
+	rescue rescuer
 }
 
 // New validates cfg and renders the store's statements for its table.

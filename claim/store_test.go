@@ -517,6 +517,9 @@ func TestGenericPlansStayOnIndexes(t *testing.T) {
 		"extend":           "'{1,2}', " + lease + ", 30000",
 		"retry":            "'{1}', '{pending}', '{1000}', '{boom}', " + lease,
 		"delete_published": "86400000, 1000, '-infinity'",
+		"rescue_held":      "'{1,2}', '{1}', 1868722812",
+		"rescue_instances": "5000, '{1,2}', '{3}', 1868722812",
+		"release_leases":   "ARRAY[" + lease + "]::uuid[], 5000, '{1,2}'",
 	}
 	for name, a := range args {
 		_, err := conn.Conn().Prepare(ctx, name, claim.Statements(s)[name])
