@@ -63,6 +63,16 @@ type Config struct {
 	// AdvanceInterval is how often the relay moves the Floor while it
 	// claims. Default 50ms.
 	AdvanceInterval time.Duration
+	// Recovery, if set, frees the rows that claims hold but no relay will
+	// settle, sooner than their lease (*claim.Store has it): with a Floor,
+	// the rows of relays that died, rescued after each advance; and the
+	// rows of this relay's claims that failed after they may have reached
+	// the database, given back once a probe shows the database answers
+	// again. After a claim that failed without the server's answer, the
+	// workers wait for that probe instead of sending claims that would
+	// wait their whole timeout. Default nil: such rows wait for their
+	// lease, and a failed claim is retried with backoff.
+	Recovery Recovery
 	// Gate, if set, lets the relay silence the outbox trigger's NOTIFY while
 	// it is busy claiming anyway (*notify.Gate has it). Default nil:
 	// producers always notify.

@@ -26,8 +26,12 @@
 // through for as long as the batch is in flight (a broker that blocks the
 // connection, a slow link, a mark retried), so a live relay's rows never
 // pass to another claim; a lapsed lease can cost a duplicate, never an
-// event. Memory is bounded by what is in flight: Config.Workers batches,
-// each at most BatchSize events and the claim store's byte budget.
+// event. With a Config.Recovery, the rows of a relay that died are rescued
+// after each advance of the floor, and after a claim that failed without
+// the server's answer the workers wait while the database does not answer,
+// and the rows that claim may have leased are given back once it does.
+// Memory is bounded by what is in flight: Config.Workers batches, each at
+// most BatchSize events and the claim store's byte budget.
 //
 // A batch from an ordered claim (its events carry an OrderingKey) holds a
 // run of consecutive events for each of its aggregates, and goes out in

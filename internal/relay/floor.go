@@ -34,10 +34,12 @@ type requeueSignals interface {
 
 // advance moves the Floor every AdvanceInterval while the relay claims or
 // the floor has work left, asks the poll loop to wake the workers when
-// parked rows fall due, and has the floor rescanned after a requeue.
+// parked rows fall due, has the floor rescanned after a requeue, and after
+// each advance has the Recovery rescue the rows of relays that died.
 //
-// An idle relay keeps no timer here but, while rows are parked, one for
-// their reread every claim.ParkedRereadEvery: once an advance finds
+// An idle relay keeps no timer here but, while rows are parked or it knows
+// of rows other relays hold (Recovery.Watching), one for their reread
+// every claim.ParkedRereadEvery (claim.RescueEvery): once an advance finds
 // nothing moved and nothing unsettled, the loop waits for a kick
 // (kickAdvance), which a mark, an empty claim and the gate's steering
 // send. A mark kicks it because the floor may rise past the rows marked
@@ -62,11 +64,12 @@ func (r *Relay) advance(ctx context.Context) {
 		// once per claim: a round trip per claim at steady rates.)
 		var tick <-chan time.Time
 		var kick <-chan struct{}
-		parked := false
+		watch := false // rows parked, or leased by other relays: look again
 		if idle {
 			kick = r.advanceKick
-			if _, parked = f.ParkedDue(); parked {
-				tick = r.cfg.Clock.After(claim.ParkedRereadEvery)
+			_, parked := f.ParkedDue()
+			if watch = parked || r.watching(); watch {
+				tick = r.cfg.Clock.After(min(claim.ParkedRereadEvery, claim.RescueEvery))
 			}
 		} else {
 			tick = r.cfg.Clock.After(r.cfg.AdvanceInterval)
@@ -76,7 +79,7 @@ func (r *Relay) advance(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick:
-			reread = parked
+			reread = watch
 		case <-kick:
 		}
 		if requeues != nil {
@@ -100,6 +103,8 @@ func (r *Relay) advance(ctx context.Context) {
 			return
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("moving the claims' floor failed", "err", err)
+		case err == nil:
+			r.rescue(ctx)
 		}
 		r.wakeForParked()
 	}

@@ -44,6 +44,20 @@ func (q *markQueue) add(c confirmed) (kick bool) {
 	return kick
 }
 
+// putBack queues batches again ahead of the rest (they are older), and
+// reports whether the mark loop must be kicked.
+func (q *markQueue) putBack(batches []confirmed) (kick bool) {
+	if len(batches) == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.batches = append(slices.Clone(batches), q.batches...)
+	kick = !q.armed
+	q.armed = true
+	return kick
+}
+
 // take empties the queue and returns what it held.
 func (q *markQueue) take() []confirmed {
 	q.mu.Lock()

@@ -84,6 +84,8 @@ type Relay struct {
 	covered atomic.Uint64
 	// live is set while Run's loops run (see Live).
 	live atomic.Bool
+	// db is whether the database answers claims (recovery.go).
+	db dbState
 
 	// claimBackoff spaces out claims after the database failed one; every
 	// worker shares it, and a successful claim resets it.
@@ -109,6 +111,7 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		marks:       markQueue{kick: make(chan struct{}, 1)},
 		retryDue:    make(chan time.Duration, 1),
 		advanceKick: make(chan struct{}, 1),
+		db:          newDBState(),
 		claimBackoff: backoff.NewExponentialBackOff(
 			backoff.WithInitialInterval(100*time.Millisecond),
 			backoff.WithMaxInterval(cfg.PollInterval),
@@ -183,6 +186,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.cfg.Floor != nil {
 		loops.Go(func() { r.advance(workCtx) })
 	}
+	if r.cfg.Recovery != nil {
+		loops.Go(func() { r.recover(workCtx) })
+	}
 	for range r.cfg.Workers {
 		loops.Go(func() { r.work(workCtx, drainCtx) })
 	}
@@ -250,8 +256,12 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 		if err := r.pub.WaitReady(ctx); err != nil {
 			return
 		}
+		if err := r.db.wait(ctx); err != nil {
+			return
+		}
 		// The claim itself is not cancelled half-way: a claim whose result
-		// is lost would leave its rows leased until the lease expires.
+		// is lost leaves its rows leased until the Recovery gives them back
+		// (once the database answers) or the lease expires.
 		claimed := r.cfg.Clock.Now() // the lease runs from no earlier than this
 		r.cover()
 		marks := r.marks.take()
@@ -261,7 +271,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			d := r.claimBackoff.NextBackOff()
 			r.claimMu.Unlock()
 			r.log.Error("claim failed", "err", err, "retry_in", d)
-			r.settle(drainCtx, marks)
+			r.claimFailed(drainCtx, err, marks)
 			r.wakeAfter(ctx, d)
 			return
 		}
