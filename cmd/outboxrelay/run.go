@@ -55,7 +55,7 @@ type RunCmd struct {
 	MarkDelay     time.Duration `name:"mark-delay" env:"OUTBOX_MARK_DELAY" default:"20ms" help:"How long the marks of confirmed events may wait for the next claim, which then carries them in the same round trip and commit; 0 marks each batch at once."`
 	Procs         int           `name:"procs" env:"OUTBOX_PROCS" default:"1" help:"How many OS threads run the relay's Go code at once (GOMAXPROCS); 0 leaves it to the Go runtime (GOMAXPROCS in the environment, or the CPUs available). One costs the least CPU per event: the relay mostly waits on the network, and every extra thread woken to run a goroutine is a wake-up across CPUs."`
 	PollInterval  time.Duration `name:"poll-interval" env:"OUTBOX_POLL_INTERVAL" default:"5s" help:"Fallback poll for events whose notification was missed (jittered ±10%; from 2s up, on the nearest whole second)."`
-	Lease         time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them; must exceed --confirm-timeout."`
+	Lease         time.Duration `name:"lease" env:"OUTBOX_LEASE" default:"30s" help:"How long a claim holds its events before another relay may take them, unless the relay that made it dies first (then at once; with --no-listen, after this still); must exceed --confirm-timeout."`
 	MaxAttempts   int           `name:"max-attempts" env:"OUTBOX_MAX_ATTEMPTS" default:"25" help:"Publish attempts before an event is dead-lettered (status failed)."`
 	RetryMin      time.Duration `name:"retry-min" env:"OUTBOX_RETRY_MIN" default:"1s" help:"Delay after the first failed attempt; doubles per attempt, jittered ±25%."`
 	RetryMax      time.Duration `name:"retry-max" env:"OUTBOX_RETRY_MAX" default:"5m" help:"Longest delay between attempts."`
@@ -207,6 +207,13 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 		}
 	}
 
+	var listener *notify.Listener // nil with --no-listen
+	if !c.NoListen {
+		// The listener holds the relay's instance lock: claims carry its id
+		// while it does (none before the listener connects, nor while it
+		// reconnects).
+		cc.Instance = func() uint32 { return listener.Instance() }
+	}
 	store, err := claim.New(pool, cc)
 	if err != nil {
 		return cli.Usage(err)
@@ -244,9 +251,8 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	defer pub.Close()
 
 	var (
-		session  *pgx.ConnConfig  // the session for LISTEN and the sampler; nil with --no-listen
-		listener *notify.Listener // nil with --no-listen
-		wakeups  relay.Listener   // nil with --no-listen: the relay polls only
+		session *pgx.ConnConfig // the session for LISTEN and the sampler; nil with --no-listen
+		wakeups relay.Listener  // nil with --no-listen: the relay polls only
 	)
 	if !c.NoListen {
 		url, flag := c.sessionURL()
@@ -260,6 +266,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 			ConnConfig: session,
 			Channel:    c.Channel,
 			Pinger:     pool,
+			Instance:   true,
 			Logger:     log,
 		})
 		if err != nil {
@@ -282,6 +289,7 @@ func (c *RunCmd) Run(ctx context.Context, stderr io.Writer) (err error) {
 	}
 
 	rc.Floor = store
+	rc.Recovery = store
 	rc.Logger = log
 	var r *relay.Relay
 	table, _ := cc.TableIdentifier()

@@ -84,7 +84,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}, []string{"reason"}),
 		released: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "events_released_total",
-			Help: "Claimed events given back unpublished without counting an attempt (shutdown, or held back behind an earlier event of their aggregate).",
+			Help: "Claimed events given back unpublished without counting an attempt (shutdown, held back behind an earlier event of their aggregate, or claimed by a claim whose reply was lost).",
 		}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "event_lag_seconds",
