@@ -282,6 +282,39 @@ func (c *counter) caughtUp(tag string, upto int) (time.Time, bool) {
 	return last, true
 }
 
+// lastArrival is when the last of the events of type tag numbered ns
+// first arrived, and whether all of them have.
+func (c *counter) lastArrival(tag string, ns []int) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.arrived[tag]
+	var last time.Time
+	for _, n := range ns {
+		if n > len(at) || at[n-1].IsZero() {
+			return time.Time{}, false
+		}
+		if at[n-1].After(last) {
+			last = at[n-1]
+		}
+	}
+	return last, true
+}
+
+// missing returns those of the events of type tag numbered ns that have
+// not arrived.
+func (c *counter) missing(tag string, ns []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.arrived[tag]
+	var out []int
+	for _, n := range ns {
+		if n > len(at) || at[n-1].IsZero() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // distinct is how many distinct events of type tag arrived.
 func (c *counter) distinct(tag string) int {
 	d, _ := c.stats(tag)

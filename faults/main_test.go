@@ -24,7 +24,7 @@ import (
 
 // binary is the outboxrelay command the scenarios run, built once without
 // the race detector (the main suite runs the relay under it) so that a
-// drain takes seconds.
+// drain takes seconds; FAULTS_RELAY names another one.
 var binary string
 
 // seed makes every random choice of the suite; FAULTS_SEED replays a run.
@@ -47,11 +47,18 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "outboxrelay")
-	build := exec.Command("go", "build", "-o", binary, "../cmd/outboxrelay")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build outboxrelay:", err)
-		os.Exit(1)
+	if b := os.Getenv("FAULTS_RELAY"); b != "" {
+		// Another build (an earlier commit's, say), to show what a
+		// scenario finds there.
+		binary = b
+		fmt.Printf("faults: relay %s\n", binary)
+	} else {
+		build := exec.Command("go", "build", "-o", binary, "../cmd/outboxrelay")
+		build.Stdout, build.Stderr = os.Stdout, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build outboxrelay:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -3,6 +3,7 @@ package testkit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,14 @@ func (o *OrderTally) Unique() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.check.Unique()
+}
+
+// Violations are the first arrivals so far that came before one of their
+// predecessors' (OrderChecker.Violations).
+func (o *OrderTally) Violations() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.check.Violations)
 }
 
 // Await waits until at least n distinct message ids arrived, and reports
