@@ -63,6 +63,25 @@ func render(cfg Config) (queries, error) {
 	// inserting lists the transactions that have drawn from the seq
 	// column's sequence, $1, and not yet ended: the table's inserts.
 	funcs["inserting"] = func() string { return tablewriters.Drawing }
+	// lease is the lease column, of a table alias or none.
+	lease := func(alias string) string {
+		if alias == "" {
+			return data["LeaseID"]
+		}
+		return alias + "." + data["LeaseID"]
+	}
+	// stamped tests that a row's lease carries a relay instance (a
+	// version 8 UUID, rescue.go), holder reads that instance as pg_locks
+	// shows it, and liveInstances lists the instances whose lock (class
+	// $N, given) a session of this database holds, as an array named ids.
+	funcs["stamped"] = func(alias string) string { return "substr(" + lease(alias) + "::text, 15, 1) = '8'" }
+	funcs["holder"] = func(alias string) string {
+		return "('x' || left(" + lease(alias) + "::text, 8))::bit(32)::bigint"
+	}
+	funcs["liveInstances"] = func(class string) string {
+		return "SELECT ARRAY (SELECT l.objid::bigint FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.classid = " + class +
+			"::int4::oid AND l.objsubid = 2 AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS ids"
+	}
 	funcs["size"] = func(alias string) string {
 		return fmt.Sprintf("pg_column_size(%[1]s.%[2]s) + coalesce(pg_column_size(%[1]s.%[3]s), 0) + coalesce(pg_column_size(%[1]s.%[4]s), 0)",
 			alias, data["Payload"], data["PayloadBytes"], data["Headers"])

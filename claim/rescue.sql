@@ -1,13 +1,15 @@
 -- Statements that free the rows of claims no relay will settle before
--- their lease expires (rescue.go). {{.X}} as in queries.sql.
+-- their lease expires (rescue.go). {{.X}} as in queries.sql; the template
+-- functions stamped, holder and liveInstances (render.go) spell the tests
+-- below.
 --
 -- A lease the relay stamped with its instance (a version 8 UUID: the
--- character at position 15 of its text is '8') names the instance in its
--- first 8 hex digits; ('x' || those digits)::bit(32)::bigint reads them as
--- the unsigned number pg_locks shows as the instance lock's objid. The
--- live instances are those whose lock (class $N, the instance id) a
--- session of this database holds: pg_locks, readable by any role, read
--- once per statement. Every statement here re-tests what it selected in
+-- character at position 15 of its text is '8': stamped) names the instance
+-- in its first 8 hex digits; ('x' || those digits)::bit(32)::bigint reads
+-- them as the unsigned number pg_locks shows as the instance lock's objid
+-- (holder). The live instances are those whose lock (class $N, the
+-- instance id) a session of this database holds: pg_locks, readable by any
+-- role, read once per statement (liveInstances). Every statement here re-tests what it selected in
 -- its UPDATE's own WHERE, so a row that a claim took meanwhile (committed
 -- after the statement's snapshot) is left to it.
 --
@@ -24,14 +26,11 @@
 -- now; read through the primary key. Returns each with its instance.
 UPDATE {{.Table}} AS o SET
     {{.AvailableAt}} = now()
-FROM (SELECT ARRAY (
-    SELECT l.objid::bigint FROM pg_locks AS l
-    WHERE l.locktype = 'advisory' AND l.classid = $3::int4::oid AND l.objsubid = 2 AND l.granted
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS ids) AS live
+FROM ({{liveInstances "$3"}}) AS live
 WHERE o.{{.ID}} = ANY ($1::bigint[]) AND (o.{{.Status}} = {{.Pending}}) IS TRUE
-  AND o.{{.AvailableAt}} > now() AND substr(o.{{.LeaseID}}::text, 15, 1) = '8'
-  AND ('x' || left(o.{{.LeaseID}}::text, 8))::bit(32)::bigint <> ALL (live.ids || $2::bigint[])
-RETURNING o.{{.ID}}, ('x' || left(o.{{.LeaseID}}::text, 8))::bit(32)::bigint;
+  AND o.{{.AvailableAt}} > now() AND {{stamped "o"}}
+  AND {{holder "o"}} <> ALL (live.ids || $2::bigint[])
+RETURNING o.{{.ID}}, {{holder "o"}};
 
 -- name: rescue_instances
 -- $1 the floor, $2 the parked rows (floor.go), $3 instances found dead,
@@ -42,24 +41,21 @@ RETURNING o.{{.ID}}, ('x' || left(o.{{.LeaseID}}::text, 8))::bit(32)::bigint;
 -- Returns their ids.
 UPDATE {{.Table}} AS o SET
     {{.AvailableAt}} = now()
-FROM (SELECT ARRAY (
-    SELECT l.objid::bigint FROM pg_locks AS l
-    WHERE l.locktype = 'advisory' AND l.classid = $4::int4::oid AND l.objsubid = 2 AND l.granted
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS ids) AS live
+FROM ({{liveInstances "$4"}}) AS live
 WHERE o.{{.ID}} = ANY (ARRAY (
     SELECT {{.ID}} FROM {{.Table}}
     WHERE {{.Status}} = {{.Pending}} AND {{.Seq}} > $1 AND {{.AvailableAt}} > now()
-      AND substr({{.LeaseID}}::text, 15, 1) = '8'
-      AND ('x' || left({{.LeaseID}}::text, 8))::bit(32)::bigint = ANY ($3::bigint[])
+      AND {{stamped ""}}
+      AND {{holder ""}} = ANY ($3::bigint[])
     UNION ALL
     SELECT {{.ID}} FROM {{.Table}}
     WHERE {{.ID}} = ANY ($2::bigint[]) AND ({{.Status}} = {{.Pending}}) IS TRUE AND {{.AvailableAt}} > now()
-      AND substr({{.LeaseID}}::text, 15, 1) = '8'
-      AND ('x' || left({{.LeaseID}}::text, 8))::bit(32)::bigint = ANY ($3::bigint[])))
+      AND {{stamped ""}}
+      AND {{holder ""}} = ANY ($3::bigint[])))
   AND (o.{{.Status}} = {{.Pending}}) IS TRUE AND o.{{.AvailableAt}} > now()
-  AND substr(o.{{.LeaseID}}::text, 15, 1) = '8'
-  AND ('x' || left(o.{{.LeaseID}}::text, 8))::bit(32)::bigint = ANY ($3::bigint[])
-  AND ('x' || left(o.{{.LeaseID}}::text, 8))::bit(32)::bigint <> ALL (live.ids)
+  AND {{stamped "o"}}
+  AND {{holder "o"}} = ANY ($3::bigint[])
+  AND {{holder "o"}} <> ALL (live.ids)
 RETURNING o.{{.ID}};
 
 -- name: release_leases
