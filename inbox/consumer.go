@@ -30,8 +30,10 @@ const (
 // Run dials the broker, consumes Config.Queue and runs the handler for each
 // delivery until ctx is cancelled, reconnecting with backoff (exponential,
 // jittered, without end) after a cut connection or channel; it runs the
-// cleanup every Config.CleanupInterval. It returns an error only when the
-// very first connection finds the queue missing or access refused; after
+// cleanup every Config.CleanupInterval. It returns an error only when,
+// before it has consumed once, the broker answers that the queue is missing
+// or access is refused, or closes the handshake 3 times in a row (how
+// RabbitMQ refuses a login; one such close may be a cut connection); after
 // that, failures are logged and retried. When ctx is cancelled, Run stops
 // taking deliveries (those prefetched and not started go back to the
 // queue), lets the handlers in flight finish for up to
@@ -87,15 +89,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 	bo.MaxInterval = 15 * time.Second
 	bo.MaxElapsedTime = 0 // a daemon never gives up
 	retry := backoff.WithContext(bo, ctx)
-	for first := true; ; first = false {
+	refusals := 0 // handshakes in a row the broker closed without a reply
+	for first := true; ; {
 		consumed, err := c.session(ctx, hctx, &handlers)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if first && !consumed && permanent(err) {
+		if handshakeClosed(err) {
+			refusals++
+		} else {
+			refusals = 0
+		}
+		if first && !consumed && (permanent(err) || refusals == handshakeRefusals) {
 			return err
 		}
 		if consumed {
+			first = false
 			bo.Reset()
 		}
 		delay := retry.NextBackOff()
@@ -106,11 +115,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 }
 
-// permanent tells the errors a first connection gives up on: the queue does
-// not exist, or the user may not consume it.
+// permanent tells the errors, answered by the broker itself, that a first
+// connection gives up on: the queue does not exist, or the user may not
+// consume it.
 func permanent(err error) bool {
 	var e *amqp.Error
-	return errors.As(err, &e) && (e.Code == amqp.NotFound || e.Code == amqp.AccessRefused)
+	return errors.As(err, &e) && e.Server && (e.Code == amqp.NotFound || e.Code == amqp.AccessRefused)
+}
+
+// handshakeRefusals is how many handshakes in a row a first connection sees
+// closed without a reply before it takes them for wrong credentials.
+const handshakeRefusals = 3
+
+// handshakeClosed tells a handshake the broker closed without a reply.
+// amqp091-go reports it as ErrCredentials or ErrVhost, because RabbitMQ
+// closes the socket that way on a refused login; but a connection cut
+// during the handshake looks the same, so one of them proves nothing.
+func handshakeClosed(err error) bool {
+	return errors.Is(err, amqp.ErrCredentials) || errors.Is(err, amqp.ErrVhost)
 }
 
 // session consumes on one connection until it fails (an error) or ctx is
