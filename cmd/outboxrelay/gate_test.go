@@ -133,6 +133,29 @@ func TestInsertsWithoutNotificationsAreFoundThroughTheSequence(t *testing.T) {
 	collect(t, queue, counter, 2+stop(), 60*time.Second)
 }
 
+// The gate measures the insert rate on the insert order (relay_seq), both
+// in the rows it claims and in the sequence it reads: an id far above the
+// others, chosen by the application, does not hide the rate of the inserts
+// that follow it, and busy producers close the gate.
+func TestTheGateClosesWhateverTheIDs(t *testing.T) {
+	t.Parallel()
+	dbURL, pool := testkit.NewOutbox(t)
+	exchange := testkit.NewExchange(t)
+	queue := testkit.NewQueue(t, exchange, "#")
+	testkit.Exec(t, pool, `INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+		VALUES (1000000000, 'order', '1', 'created', '{}')`)
+	startRelay(t, relayEnv(dbURL, exchange), "--poll-interval=1h", "--busy-rate=500")
+	counter := testkit.Counter{}
+	collect(t, queue, counter, 1, 30*time.Second)
+
+	stop := insertFast(t, pool) // ids from 1 on
+	defer stop()
+	testkit.WaitFor(t, 30*time.Second, "the relay to close the gate at 5,000 inserts/s", func() bool {
+		return testkit.GateLocks(t, pool, notify.GateLockClass, true) == 1
+	})
+	collect(t, queue, counter, 1+stop(), 60*time.Second)
+}
+
 // insertFast inserts 50 events every 10 ms, 5,000/s, far above the
 // --busy-rate of the tests that use it, without taking a core from the
 // tests running beside them, until stop is called; stop returns how many

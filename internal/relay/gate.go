@@ -34,7 +34,8 @@ const gateTimeout = 15 * time.Second
 
 // Inserts reads the producers' pace (*claim.Store has it).
 type Inserts interface {
-	// LastInsertID is the last id the outbox's id sequence handed out.
+	// LastInsertID is the last value the sequence of the outbox's insert
+	// order (claim.Event.Seq) handed out.
 	LastInsertID(ctx context.Context) (int64, error)
 	// NotifyWaiters is how many transactions wait to commit behind
 	// PostgreSQL's NOTIFY lock, which serializes the commits of
@@ -60,16 +61,19 @@ const (
 const insertsTimeout = time.Second
 
 // IdleInsertsEvery is how often an open gate with nothing claimed reads the
-// id sequence: the interval within which an insert whose notification was
-// lost is found while the relay is idle. Each reading is a round trip that
+// insert order's sequence: the interval within which an insert whose
+// notification was lost is found while the relay is idle. Each reading is a round trip that
 // wakes the relay and its backend, which is most of what an idle relay
 // costs; a sample that sees the sequence move goes back to the busy pace.
 // The readiness round runs on the same instants (cmd/outboxrelay), so an
 // idle relay wakes once for both (decision 0007).
 const IdleInsertsEvery = 2 * time.Second
 
-// meter follows the highest id claimed: ids come from one sequence, so its
+// meter follows the highest insert order (claim.Event.Seq) claimed: it
+// comes from the sequence Inserts reads, drawn once by every insert, so its
 // growth is the table's insert rate, whichever relay claimed the rows.
+// (Event.ID will not do: ids may be handed out in blocks, ahead of the
+// insert, or chosen by the application.)
 type meter struct{ maxID atomic.Int64 }
 
 func (m *meter) observe(id int64) {
@@ -121,15 +125,15 @@ func (r *rateRing) add(s rateSample) float64 {
 // contendedMinRate), the gate closes below BusyRate too, and then opens
 // below a quarter of the rate at which it closed.
 //
-// The rate is the growth of the highest id seen: the ids claimed and, with
-// Config.Inserts, the id sequence's last value, read at every sample while
-// the gate is closed and, while it is open, at a sample after a claim and
-// otherwise every IdleInsertsEvery. A relay that falls behind its
+// The rate is the growth of the highest insert order seen: that of the
+// rows claimed and, with Config.Inserts, its sequence's last value, read at
+// every sample while the gate is closed and, while it is open, at a sample
+// after a claim and otherwise every IdleInsertsEvery. A relay that falls behind its
 // producers therefore keeps the gate closed while they insert fast,
 // instead of reading its own slowness as quiet and making every insert
 // notify again; and an open gate whose notifications do not come (the
 // trigger disabled or dropped, a notification lost) sees the sequence
-// move: it wakes the workers when the sequence passed the ids claimed with
+// move: it wakes the workers when the sequence passed the rows claimed with
 // nothing claimed since the last sample, and closes the gate if the
 // producers are busy, rather than leaving their events to the fallback
 // poll.
@@ -148,8 +152,8 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 		ring       rateRing
 		lastSample time.Time
 		lastClose  time.Time
-		// claimed is the meter at the last sample; inserted the highest id
-		// Inserts has reported; woken the highest id a claim was woken for
+		// claimed is the meter at the last sample; inserted the highest value
+		// Inserts has reported; woken the highest value a claim was woken for
 		// because the sequence showed it unclaimed.
 		claimed, inserted, woken int64
 		insertsOff               bool      // Inserts failed for good (no sequence)
@@ -228,7 +232,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 				inserted = max(inserted, id)
 			}
 			if err == nil && open && !active && id > max(seen, woken) {
-				// Inserts beyond the ids claimed, and no claim since the
+				// Inserts beyond the rows claimed, and no claim since the
 				// last sample: their notifications did not come (or not
 				// yet). Claim, once for these ids.
 				woken = id
@@ -281,7 +285,7 @@ func (r *Relay) sparePoll() bool {
 }
 
 // lastInsert reads Inserts; a failure is logged at debug level and leaves
-// the rate to the ids claimed this time.
+// the rate to the rows claimed this time.
 func (r *Relay) lastInsert(ctx context.Context) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, insertsTimeout)
 	defer cancel()

@@ -291,7 +291,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			r.wakeForParked()
 			return
 		}
-		r.meter.observe(batch.Events[n-1].ID)
+		r.meter.observe(batch.Events[n-1].Seq) // a batch is in Seq order
 		r.wakeForParked()
 		if ctx.Err() != nil {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
