@@ -334,12 +334,13 @@ func (d *dispatcher) advanceTo(t *testing.T, what string, by time.Duration) {
 	require.Positive(t, d.clock.Advance(time.Millisecond), "no timer fell due at %s", what)
 }
 
-// testBatch is a claimed batch of events with the given ids.
+// testBatch is a claimed batch of events with the given ids, each its own
+// insert order (Seq) too.
 func testBatch(leaseFor time.Duration, ids ...int64) claim.Batch {
 	b := claim.Batch{Lease: claim.LeaseID{0xaa, byte(len(ids))}, LeaseFor: leaseFor}
 	for _, id := range ids {
 		b.Events = append(b.Events, claim.Event{
-			ID: id, EventID: fmt.Sprintf("event-%d", id), AggregateType: "order",
+			ID: id, Seq: id, EventID: fmt.Sprintf("event-%d", id), AggregateType: "order",
 			AggregateID: fmt.Sprint(id), EventType: "created", Payload: []byte(`{}`), Attempts: 1,
 		})
 	}
