@@ -67,12 +67,13 @@ func TestBusyOrderedRelaySparesItsPollsWhileABatchIsInFlight(t *testing.T) {
 	// Once the next sample's timer is set, the first one (the meter at 0)
 	// is taken.
 	sampleTimer()
-	// Ids up to 1,000 claimed within one sample (of a second at most, the
-	// first having seen nothing): 1,000/s or more, far past BusyRate. The
-	// claim found no other claimable aggregate (More unset).
+	// Ids up to 1,000 claimed after a quiet first sample: the claim wakes
+	// the resting steering, whose next sample, 50 ms later, reads
+	// 20,000/s, far past BusyRate. The claim found no other claimable
+	// aggregate (More unset).
 	claimed <- orderedBatch(map[int64]string{1: "A", 1000: "B"})
 	d.pub.next(t)
-	sample()
+	d.clock.Advance(d.clock.AwaitTimer(t, awaitTimeout, "the burst's first rate sample", func(l time.Duration) bool { return l == 50*time.Millisecond }))
 	select {
 	case <-gate.closes:
 	case <-time.After(awaitTimeout):

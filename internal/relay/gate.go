@@ -74,13 +74,26 @@ const IdleInsertsEvery = 2 * time.Second
 // growth is the table's insert rate, whichever relay claimed the rows.
 // (Event.ID will not do: ids may be handed out in blocks, ahead of the
 // insert, or chosen by the application.)
-type meter struct{ maxID atomic.Int64 }
+//
+// While the steering rests (resting set), the first claim that moves the
+// meter wakes it: a burst after a quiet spell is measured from its first
+// claim, not from the next idle sample up to IdleInsertsEvery later, and
+// its producers stop paying for NOTIFY within a few rate samples.
+type meter struct {
+	maxID   atomic.Int64
+	resting atomic.Bool
+}
 
-func (m *meter) observe(id int64) {
+// observe records a claimed row's insert order, and reports whether the
+// steering must be woken from its rest.
+func (m *meter) observe(id int64) (wake bool) {
 	for {
 		cur := m.maxID.Load()
-		if id <= cur || m.maxID.CompareAndSwap(cur, id) {
-			return
+		if id <= cur {
+			return false
+		}
+		if m.maxID.CompareAndSwap(cur, id) {
+			return m.resting.Load() && m.resting.CompareAndSwap(true, false)
 		}
 	}
 }
@@ -176,18 +189,40 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 	// is the ring's growth over its samples' times, so the longer spacing
 	// does not bias it.
 	quiet := false
+	// burst is set when a claim ended a rest, at burstFrom: the rate is
+	// measured afresh from there, and from what had been inserted before,
+	// a sample later (the quiet spell's samples would dilute it).
+	var (
+		burst     bool
+		burstFrom rateSample
+	)
+	startBurst := func() {
+		burst = true
+		burstFrom = rateSample{at: r.cfg.Clock.Now(), id: max(claimed, inserted)}
+	}
 	for {
 		wait := rateSampleEvery
 		switch {
 		case !open:
 			wait = r.cfg.BusyPollInterval
+		case burst:
+			wait = burstFrom.at.Add(rateSampleEvery).Sub(r.cfg.Clock.Now())
 		case quiet:
 			// On the wall clock's multiples of IdleInsertsEvery, with the
 			// readiness monitor's rounds (pace.Next): one wake-up for both.
+			// A claim that takes rows meanwhile ends the rest (meter).
 			now := r.cfg.Clock.Now()
 			wait = pace.Next(now, IdleInsertsEvery).Sub(now)
+			r.meter.resting.Store(true)
+			if r.meter.maxID.Load() != claimed && r.meter.resting.CompareAndSwap(true, false) {
+				startBurst() // claimed since the sample: no rest
+				wait = rateSampleEvery
+			}
 		}
 		select {
+		case <-r.steerWake:
+			startBurst()
+			continue
 		case <-ctx.Done():
 			if !opened {
 				// Leave the gate open for the relays that stay. Open sets the
@@ -200,11 +235,17 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			return
 		case <-r.cfg.Clock.After(wait):
 		}
+		if r.meter.resting.Swap(false) {
+			select {
+			case <-r.steerWake: // sent before the rest began
+			default:
+			}
+		}
 		now := r.cfg.Clock.Now()
 		if !open && !r.sparePoll() {
 			r.poke()
 		}
-		if now.Sub(lastSample) < rateSampleEvery {
+		if now.Sub(lastSample) < rateSampleEvery || burst && now.Sub(burstFrom.at) < rateSampleEvery {
 			continue
 		}
 		lastSample = now
@@ -238,6 +279,11 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 				woken = id
 				r.poke()
 			}
+		}
+		if burst {
+			ring = rateRing{}
+			ring.add(burstFrom)
+			burst = false
 		}
 		claimed = seen
 		quiet = open && !active && inserted == before

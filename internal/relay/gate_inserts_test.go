@@ -96,6 +96,48 @@ func TestTheDefaultBusyRateClosesTheGateForOneNotifyingProducer(t *testing.T) {
 	require.True(t, closed, "the gate stayed open at 1,200 inserts/s, a single notifying producer's pace")
 }
 
+// A burst after a quiet spell is measured from its first claim: the
+// steering, resting until its next idle sample a whole IdleInsertsEvery
+// away, wakes at that claim, and the gate closes at the next rate sample,
+// so the burst's producers stop paying for NOTIFY within 50 ms. Measured
+// from the idle sample instead, they would notify for up to two seconds.
+func TestABurstAfterAQuietSpellClosesTheGateAtItsFirstSamples(t *testing.T) {
+	t.Parallel()
+	g := startGateRun(t, 1000)
+	d := g.d
+	g.silent = true // nothing inserted, nothing notified
+	g.run(3*time.Second, 0)
+	g.silent = false
+	for { // rest until an idle sample a whole IdleInsertsEvery away
+		left := d.clock.AwaitTimer(t, awaitTimeout, "the idle sample", func(l time.Duration) bool {
+			return l > 50*time.Millisecond && l <= relay.IdleInsertsEvery
+		})
+		if left == relay.IdleInsertsEvery {
+			break
+		}
+		d.clock.Advance(left)
+	}
+	const perStep = 1000 // 20,000 inserts a second, in steps of the rate sample
+	start := d.clock.Now()
+	g.inserts.last.Add(perStep)
+	d.listener.notify(t) // the burst's first notification, and its claim
+	d.listener.awaitIdle(t)
+	for g.gate.open.Load() {
+		left := d.clock.AwaitTimer(t, awaitTimeout, "a rate sample after the burst's first claim",
+			func(l time.Duration) bool { return l > 0 && l <= 50*time.Millisecond })
+		d.clock.Advance(left)
+		if d.clock.Now().Sub(start) > time.Second {
+			t.Fatalf("the gate stayed open %s into a burst of 20,000 inserts/s", d.clock.Now().Sub(start))
+		}
+		g.inserts.last.Add(perStep * int64(left) / int64(50*time.Millisecond))
+		if g.gate.open.Load() {
+			d.listener.notify(t)
+			d.listener.awaitIdle(t)
+		}
+	}
+	require.LessOrEqual(t, d.clock.Now().Sub(start), 100*time.Millisecond, "the gate closed late into the burst")
+}
+
 // An open gate whose notifications do not come (the trigger disabled, a
 // notification lost) follows the id sequence all the same: with nothing
 // claimed it reads the sequence every IdleInsertsEvery, claims when the sequence

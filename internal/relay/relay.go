@@ -74,6 +74,9 @@ type Relay struct {
 	lookAhead atomic.Bool
 	stats     stats
 	meter     meter
+	// steerWake wakes the gate's steering from its idle wait, when the
+	// first claim after a quiet spell took rows (see steer).
+	steerWake chan struct{}
 	marks     markQueue
 	// inFlight counts the workers holding a batch; dry is whether the last
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
@@ -111,6 +114,7 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		marks:       markQueue{kick: make(chan struct{}, 1)},
 		retryDue:    make(chan time.Duration, 1),
 		advanceKick: make(chan struct{}, 1),
+		steerWake:   make(chan struct{}, 1),
 		db:          newDBState(),
 		claimBackoff: backoff.NewExponentialBackOff(
 			backoff.WithInitialInterval(100*time.Millisecond),
@@ -291,7 +295,12 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			r.wakeForParked()
 			return
 		}
-		r.meter.observe(batch.Events[n-1].Seq) // a batch is in Seq order
+		if r.meter.observe(batch.Events[n-1].Seq) { // a batch is in Seq order
+			select {
+			case r.steerWake <- struct{}{}:
+			default:
+			}
+		}
 		r.wakeForParked()
 		if ctx.Err() != nil {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
