@@ -26,7 +26,7 @@ type BenchCmd struct {
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
 	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
 	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
-	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled,early-ids" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, early-ids, horizon (not by default: about 14 minutes with its defaults)."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled,early-ids,bursts" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, early-ids, bursts, horizon (not by default: about 14 minutes with its defaults)."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
 	DrainEvents      int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
@@ -45,6 +45,10 @@ type BenchCmd struct {
 	ScheduledOver    time.Duration `name:"scheduled-over" default:"60s" group:"Workloads" help:"Time the scheduled events fall due over, from 2 s after their write."`
 	EarlyIDsRate     int           `name:"early-ids-rate" default:"1000" group:"Workloads" help:"Commit rate of the early-ids workload: four sessions whose id sequence hands out ids in blocks of 50."`
 	EarlyIDsDuration time.Duration `name:"early-ids-duration" default:"30s" group:"Workloads" help:"How long the early-ids producers write."`
+	BurstPairs       int           `name:"burst-pairs" default:"3" group:"Workloads" help:"Times the bursts workload runs a burst with the triggers enabled, then one with them disabled."`
+	BurstRest        time.Duration `name:"burst-rest" default:"1s" group:"Workloads" help:"How long the relay rests before each burst."`
+	BurstDuration    time.Duration `name:"burst-duration" default:"5s" group:"Workloads" help:"How long each burst's producers insert as fast as they can."`
+	BurstProducers   int           `name:"burst-producers" default:"32" group:"Workloads" help:"Connections inserting in a burst, one event per transaction."`
 	DrainWait        time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
 	OrderedShapes     []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
@@ -75,6 +79,10 @@ func (c *BenchCmd) config(relay string, stderr io.Writer) bench.Config {
 		ScheduledOver:       c.ScheduledOver,
 		EarlyIDsRate:        c.EarlyIDsRate,
 		EarlyIDsDuration:    c.EarlyIDsDuration,
+		BurstPairs:          c.BurstPairs,
+		BurstRest:           c.BurstRest,
+		BurstDuration:       c.BurstDuration,
+		BurstProducers:      c.BurstProducers,
 		PayloadBytes:        c.PayloadBytes,
 		NaiveDrainTime:      c.NaiveDrainTime,
 		SteadyRates:         c.SteadyRates,

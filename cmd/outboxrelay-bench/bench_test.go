@@ -43,7 +43,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--producer-concurrency=1,2", "--producer-duration=500ms", "--producer-pairs=2",
 		"--ordered-shapes=20x5,50x1,1x40",
 		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
-		"--scale-relays=1,2", "--scheduled-events=200", "--scheduled-over=2s", "--early-ids-rate=200", "--early-ids-duration=2s", "--drain-wait=30s")
+		"--scale-relays=1,2", "--scheduled-events=200", "--scheduled-over=2s", "--early-ids-rate=200", "--early-ids-duration=2s",
+		"--burst-pairs=1", "--burst-rest=300ms", "--burst-duration=1500ms", "--burst-producers=2", "--drain-wait=30s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 45 * time.Second
@@ -66,6 +67,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "out of order")
 	require.Contains(t, stdout.String(), "producer c=2 with/without ordering index")
 	require.Contains(t, stdout.String(), "ordered 20x5 keyscan/relay")
+	require.Contains(t, stdout.String(), "bursts with/without trigger, first second")
+	require.Contains(t, stdout.String(), "p99.9")
 
 	rows, machines, ratios := readBenchJSON(t, jsonPath)
 	require.Equal(t, 1, machines)
@@ -86,7 +89,19 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"scale", "relay"}:     2,
 		{"scheduled", "relay"}: 1,
 		{"early-ids", "relay"}: 1,
+		{"bursts", "relay"}:    2,
 	}, counts)
+
+	for _, r := range rows {
+		if r.Workload != "bursts" {
+			continue
+		}
+		require.NotNil(t, r.FirstSecondRate, "bursts: no first-second rate")
+		require.Positive(t, *r.FirstSecondRate, "bursts: nothing committed in the first second")
+		require.NotNil(t, r.Lost)
+		require.Zero(t, *r.Lost, "bursts: events lost")
+		require.Equal(t, *r.Trigger, r.Latency != nil, "bursts: latency is reported with the triggers, and only then")
+	}
 
 	early := byRow[[2]string{"early-ids", "relay"}]
 	require.NotNil(t, early.Lost)

@@ -24,6 +24,7 @@ const (
 	WorkloadScheduled = "scheduled"
 	WorkloadHorizon   = "horizon"
 	WorkloadEarlyIDs  = "early-ids"
+	WorkloadBursts    = "bursts"
 )
 
 // Systems a workload runs on.
@@ -38,11 +39,11 @@ const (
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadHorizon}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadBursts, WorkloadHorizon}
 
 // defaultWorkloads are those Run runs when Config.Only is empty: all but
 // horizon, which takes about 14 minutes with its defaults.
-var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs}
+var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadBursts}
 
 // Phases of the horizon workload, the values of Result.Phase.
 const (
@@ -85,7 +86,8 @@ type Config struct {
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
 	// Only selects workloads by name (drain, steady, idle, producer,
-	// ordered, scale, scheduled, early-ids, horizon). They always run in that order. Default:
+	// ordered, scale, scheduled, early-ids, bursts, horizon). They always
+	// run in that order. Default:
 	// all but horizon (about 14 minutes with its defaults), which runs
 	// only when named.
 	Only []string
@@ -140,6 +142,19 @@ type Config struct {
 	// EarlyIDsDuration is how long the early-ids producers write. Default
 	// 30s.
 	EarlyIDsDuration time.Duration
+	// BurstPairs is how many times the bursts workload runs a burst with
+	// the outbox's triggers enabled and then one with them disabled.
+	// Default 3.
+	BurstPairs int
+	// BurstRest is how long the relay rests, nothing inserted, before each
+	// burst. Default 1s.
+	BurstRest time.Duration
+	// BurstDuration is how long each burst's producers insert as fast as
+	// they can. Default 5s.
+	BurstDuration time.Duration
+	// BurstProducers is how many connections insert in a burst, one event
+	// per transaction. Default 32.
+	BurstProducers int
 	// ScheduledEvents is how many events the scheduled workload writes in
 	// one transaction, due one after another over ScheduledOver. Default
 	// 10000.
@@ -219,6 +234,10 @@ func (c Config) withDefaults() Config {
 	c.ScheduledOver = cmp.Or(c.ScheduledOver, time.Minute)
 	c.EarlyIDsRate = cmp.Or(c.EarlyIDsRate, 1000)
 	c.EarlyIDsDuration = cmp.Or(c.EarlyIDsDuration, 30*time.Second)
+	c.BurstPairs = cmp.Or(c.BurstPairs, 3)
+	c.BurstRest = cmp.Or(c.BurstRest, time.Second)
+	c.BurstDuration = cmp.Or(c.BurstDuration, 5*time.Second)
+	c.BurstProducers = cmp.Or(c.BurstProducers, 32)
 	c.HorizonRate = cmp.Or(c.HorizonRate, 1000)
 	c.HorizonPinned = cmp.Or(c.HorizonPinned, 10*time.Minute)
 	c.HorizonWindow = cmp.Or(c.HorizonWindow, 45*time.Second)
@@ -293,6 +312,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: EarlyIDsRate %d: must be at least 1", c.EarlyIDsRate)
 	case c.EarlyIDsDuration <= 0:
 		return fmt.Errorf("bench: EarlyIDsDuration %s: must be positive", c.EarlyIDsDuration)
+	case c.BurstPairs < 1:
+		return fmt.Errorf("bench: BurstPairs %d: must be at least 1", c.BurstPairs)
+	case c.BurstRest < 0:
+		return fmt.Errorf("bench: BurstRest %s: must not be negative", c.BurstRest)
+	case c.BurstDuration <= 0:
+		return fmt.Errorf("bench: BurstDuration %s: must be positive", c.BurstDuration)
+	case c.BurstProducers < 1:
+		return fmt.Errorf("bench: BurstProducers %d: must be at least 1", c.BurstProducers)
 	}
 	for _, rate := range c.SteadyRates {
 		if events := float64(rate) * c.SteadyDuration.Seconds(); events > maxEventNumber/4 {
@@ -386,6 +413,10 @@ func (c Config) Flags() []string {
 		"--scheduled-over=" + c.ScheduledOver.String(),
 		"--early-ids-rate=" + strconv.Itoa(c.EarlyIDsRate),
 		"--early-ids-duration=" + c.EarlyIDsDuration.String(),
+		"--burst-pairs=" + strconv.Itoa(c.BurstPairs),
+		"--burst-rest=" + c.BurstRest.String(),
+		"--burst-duration=" + c.BurstDuration.String(),
+		"--burst-producers=" + strconv.Itoa(c.BurstProducers),
 		"--horizon-rate=" + strconv.Itoa(c.HorizonRate),
 		"--horizon-pinned=" + c.HorizonPinned.String(),
 		"--horizon-window=" + c.HorizonWindow.String(),

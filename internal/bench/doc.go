@@ -34,6 +34,15 @@
 //     blocks of 50 (CACHE 50), so each session commits ids below those
 //     the relay already published; latency is commit → consumer, and an
 //     event that has not arrived within Config.DrainWait is lost.
+//   - bursts: Config.BurstPairs times, a burst with the outbox's triggers
+//     enabled, then one with them disabled, each after the relay rested
+//     for Config.BurstRest: Config.BurstProducers connections insert as
+//     fast as they can for Config.BurstDuration, one event per
+//     transaction. Each burst is a row: the commit rate over the burst and
+//     over its first second, where the gate has yet to see the load;
+//     with the triggers, latency commit → consumer; the relay's CPU over
+//     the burst and its drain. The ratios compare the rates with and
+//     without the triggers.
 //   - horizon: Config.Producers connections write Config.HorizonRate
 //     events per second over Config.HorizonAggregates aggregates without
 //     a break, measured in windows of Config.HorizonWindow:

@@ -46,6 +46,9 @@ func (d *database) connectProducers(ctx context.Context, n int, p payloads) (*pr
 	return ps, nil
 }
 
+// size is how many connections there are.
+func (ps *producers) size() int { return len(ps.conns) }
+
 // Close closes every connection.
 func (ps *producers) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

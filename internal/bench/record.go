@@ -164,10 +164,11 @@ func (r *record) latencyIn(s span) *Latency {
 	}
 	slices.Sort(ds)
 	return &Latency{
-		P50: millis(percentile(ds, 50)),
-		P90: millis(percentile(ds, 90)),
-		P99: millis(percentile(ds, 99)),
-		Max: millis(ds[len(ds)-1]),
+		P50:  millis(percentile(ds, 50)),
+		P90:  millis(percentile(ds, 90)),
+		P99:  millis(percentile(ds, 99)),
+		P999: millis(permille(ds, 999)),
+		Max:  millis(ds[len(ds)-1]),
 	}
 }
 
@@ -186,6 +187,12 @@ func (r *record) early() int64 {
 // percentile is the nearest-rank percentile p of sorted, non-empty xs.
 func percentile(xs []int64, p int) int64 {
 	rank := (p*len(xs) + 99) / 100 // ceil(p/100 · n)
+	return xs[max(rank, 1)-1]
+}
+
+// permille is the nearest-rank per-mille p of sorted, non-empty xs.
+func permille(xs []int64, p int) int64 {
+	rank := (p*len(xs) + 999) / 1000 // ceil(p/1000 · n)
 	return xs[max(rank, 1)-1]
 }
 

@@ -25,11 +25,11 @@ func WriteMachine(w io.Writer, m Machine, cfg Config) error {
 // the window's end.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tmax (ms)\tlost\tdup\tout of order\tearly\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\tclaim mean\tclaim p99≤ (ms)\tpending\tdead tuples\t")
+	fmt.Fprintln(tw, "workload\tsystem\tevents\trate/s\tp50\tp90\tp99\tp99.9\tmax (ms)\tlost\tdup\tout of order\tearly\tbacklog\tcpu ms/1k (relay+pg)\twal B/event\tclaims/1k\tgate closes\tallocs/event\trss MiB\tclaim mean\tclaim p99≤ (ms)\tpending\tdead tuples\t")
 	for _, r := range results {
-		p50, p90, p99, pmax := "-", "-", "-", "-"
+		p50, p90, p99, p999, pmax := "-", "-", "-", "-", "-"
 		if l := r.Latency; l != nil {
-			p50, p90, p99, pmax = num(l.P50), num(l.P90), num(l.P99), num(l.Max)
+			p50, p90, p99, p999, pmax = num(l.P50), num(l.P90), num(l.P99), num(l.P999), num(l.Max)
 		}
 		cpu, wal, claims, closes, allocs, rss := "-", "-", "-", "-", "-", "-"
 		if c := r.Cost; c != nil {
@@ -56,8 +56,8 @@ func WriteTable(w io.Writer, results []Result) error {
 				claimP99 = num(*c.P99Bound)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Early), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			label(r), r.System, r.Events, num(r.Rate), p50, p90, p99, p999, pmax, optional(r.Lost), r.Duplicates, optional(r.OutOfOrder), optional(r.Early), optional(r.Backlog), cpu, wal, claims, closes, allocs, rss,
 			claimMean, claimP99, optional(r.Pending), optional(r.DeadTuples))
 	}
 	return tw.Flush()
@@ -91,6 +91,14 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	}
 	for _, o := range r.Ordered {
 		fmt.Fprintf(tw, "  ordered %s keyscan/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.KeyscanPct, "%"), num(o.Keyscan), num(o.Unordered))
+	}
+	if b := r.Bursts; b != nil {
+		pairs := make([]string, len(b.PairFirstSecondPct))
+		for i, pct := range b.PairFirstSecondPct {
+			pairs[i] = num(pct) + " %"
+		}
+		fmt.Fprintf(tw, "  bursts with/without trigger, first second\t%s %%\t(pairs %s)\n", num(b.FirstSecondPct), strings.Join(pairs, ", "))
+		fmt.Fprintf(tw, "  bursts with/without trigger, whole burst\t%s %%\n", num(b.WholePct))
 	}
 	if h := r.Horizon; h != nil {
 		versus := func(what string, c *Comparison, unit, asked string) {
@@ -166,6 +174,16 @@ func label(r Result) string {
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.IntervalMS > 0:
 		return r.Workload + " " + strconv.FormatFloat(r.IntervalMS, 'f', -1, 64) + "ms"
+	case r.Workload == WorkloadBursts:
+		trig := " +trigger"
+		if r.Trigger != nil && !*r.Trigger {
+			trig = " -trigger"
+		}
+		first := ""
+		if r.FirstSecondRate != nil {
+			first = ", 1st s " + num(*r.FirstSecondRate) + "/s"
+		}
+		return r.Workload + " #" + strconv.Itoa(r.Burst) + " c=" + strconv.Itoa(r.Concurrency) + trig + first
 	case r.Trigger != nil:
 		trig := "+trigger"
 		if !*r.Trigger {

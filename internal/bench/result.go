@@ -36,6 +36,8 @@ type Result struct {
 	// Window numbers the horizon workload's windows within their phase,
 	// from 1.
 	Window int `json:"window,omitempty"`
+	// Burst numbers the bursts workload's pairs of bursts, from 1.
+	Burst int `json:"burst,omitempty"`
 
 	// Committed is how many events producers committed (or the backlog
 	// written for a drain, or the messages the ceiling published).
@@ -46,8 +48,11 @@ type Result struct {
 	// Seconds is the measured time the rate is taken over.
 	Seconds float64 `json:"seconds"`
 	// Rate is events per second: delivered (drain), committed by the
-	// producers (steady, idle) or inserted (producer).
+	// producers (steady, idle, bursts) or inserted (producer).
 	Rate float64 `json:"rate"`
+	// FirstSecondRate is the bursts workload's commit rate over the first
+	// second of the burst.
+	FirstSecondRate *float64 `json:"first_second_rate,omitempty"`
 	// Latency is commit → consumer over the events that arrived (steady,
 	// idle), or due time → consumer (scheduled).
 	Latency *Latency `json:"latency_ms"`
@@ -100,10 +105,11 @@ type ClaimTime struct {
 
 // Latency is a latency distribution in milliseconds.
 type Latency struct {
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
 }
 
 // Cost is what a relay process and its PostgreSQL backends spent on a run.
@@ -174,6 +180,20 @@ type Ratios struct {
 	// Horizon compares the horizon workload's last pinned window with its
 	// baseline; nil without that workload.
 	Horizon *HorizonRatio `json:"horizon"`
+	// Bursts compares the bursts workload's producers with and without
+	// the triggers; nil without that workload.
+	Bursts *BurstRatio `json:"bursts"`
+}
+
+// BurstRatio compares the bursts workload's commit rates with the
+// triggers to those without, as percentages of the mean rates, over the
+// bursts' first seconds and over the whole bursts.
+type BurstRatio struct {
+	FirstSecondPct float64 `json:"first_second_pct"`
+	WholePct       float64 `json:"whole_pct"`
+	// PairFirstSecondPct is each pair's first-second ratio, in the order
+	// they ran.
+	PairFirstSecondPct []float64 `json:"pair_first_second_pct"`
 }
 
 // HorizonRatio compares the last window of the horizon workload's pinned
@@ -259,7 +279,34 @@ func ComputeRatios(results []Result) Ratios {
 	r.Producer = producerRatios(results)
 	r.Ordered = orderedRatios(results)
 	r.Horizon = horizonRatio(results)
+	r.Bursts = burstRatio(results)
 	return r
+}
+
+// burstRatio compares the bursts with the triggers to those without; nil
+// unless both ran.
+func burstRatio(results []Result) *BurstRatio {
+	var withFirst, withoutFirst, with, without []float64
+	for _, res := range results {
+		if res.Workload != WorkloadBursts || res.Trigger == nil || res.FirstSecondRate == nil {
+			continue
+		}
+		if *res.Trigger {
+			withFirst, with = append(withFirst, *res.FirstSecondRate), append(with, res.Rate)
+		} else {
+			withoutFirst, without = append(withoutFirst, *res.FirstSecondRate), append(without, res.Rate)
+		}
+	}
+	if mean(withoutFirst) <= 0 || mean(without) <= 0 {
+		return nil
+	}
+	b := &BurstRatio{FirstSecondPct: 100 * mean(withFirst) / mean(withoutFirst), WholePct: 100 * mean(with) / mean(without)}
+	for i := range min(len(withFirst), len(withoutFirst)) {
+		if withoutFirst[i] > 0 {
+			b.PairFirstSecondPct = append(b.PairFirstSecondPct, 100*withFirst[i]/withoutFirst[i])
+		}
+	}
+	return b
 }
 
 // horizonRatio compares the horizon workload's last pinned window with

@@ -41,6 +41,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadScale, r.scale},
 		{WorkloadScheduled, r.scheduled},
 		{WorkloadEarlyIDs, r.earlyIDs},
+		{WorkloadBursts, r.bursts},
 		{WorkloadHorizon, r.horizon},
 	} {
 		if !cfg.runs(w.name) {
