@@ -26,14 +26,14 @@ type BenchCmd struct {
 	Exchange string   `name:"exchange" default:"outboxrelay_bench" help:"Topic exchange events go to; deleted at the end unless --keep, if the benchmark created it."`
 	Keep     bool     `name:"keep" help:"Keep the schema and the exchange."`
 	JSON     string   `name:"json" default:"bench.jsonl" help:"Append the results to this file as JSON lines; empty disables."`
-	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled,early-ids,bursts" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, early-ids, bursts, horizon (not by default: about 14 minutes with its defaults)."`
+	Only     []string `name:"only" default:"drain,steady,idle,producer,ordered,scale,scheduled,early-ids,bursts,steps" help:"Workloads to run: drain, steady, idle, producer, ordered, scale, scheduled, early-ids, bursts, steps, horizon (not by default: about 14 minutes with its defaults)."`
 	RelayArg []string `name:"relay-arg" sep:"none" help:"Extra argument for the relay's command line, repeatable (e.g. --relay-arg=--batch-size=1000)."`
 
 	DrainEvents      int           `name:"drain-events" default:"100000" group:"Workloads" help:"Backlog the drain workload delivers."`
 	PayloadBytes     int           `name:"payload-bytes" default:"256" group:"Workloads" help:"Approximate size of each event's JSON payload."`
 	NaiveDrainTime   time.Duration `name:"naive-drain-time" default:"10s" group:"Workloads" help:"How long the naive poller drains."`
 	SteadyRates      []int         `name:"steady-rates" default:"1000,5000" group:"Workloads" help:"Steady workload target rates, events/s."`
-	SteadyDuration   time.Duration `name:"steady-duration" default:"30s" group:"Workloads" help:"How long producers write at each steady rate."`
+	SteadyDuration   time.Duration `name:"steady-duration" default:"60s" group:"Workloads" help:"How long producers write at each steady rate."`
 	Producers        int           `name:"producers" default:"8" group:"Workloads" help:"Producer connections sharing a steady rate."`
 	IdleEvents       int           `name:"idle-events" default:"50" group:"Workloads" help:"Events the idle workload writes."`
 	IdleInterval     time.Duration `name:"idle-interval" default:"200ms" group:"Workloads" help:"Time between idle events."`
@@ -49,6 +49,8 @@ type BenchCmd struct {
 	BurstRest        time.Duration `name:"burst-rest" default:"1s" group:"Workloads" help:"How long the relay rests before each burst."`
 	BurstDuration    time.Duration `name:"burst-duration" default:"5s" group:"Workloads" help:"How long each burst's producers insert as fast as they can."`
 	BurstProducers   int           `name:"burst-producers" default:"32" group:"Workloads" help:"Connections inserting in a burst, one event per transaction."`
+	StepRates        []int         `name:"step-rates" default:"300,1000,3000,300,900,1100,900,1100" group:"Workloads" help:"Commit rates of the steps workload, events/s, one after the other over --producers connections."`
+	StepDuration     time.Duration `name:"step-duration" default:"10s" group:"Workloads" help:"How long each step lasts."`
 	DrainWait        time.Duration `name:"drain-wait" default:"60s" group:"Workloads" help:"Longest wait for events still on their way."`
 
 	OrderedShapes     []bench.Shape `name:"ordered-shapes" default:"1000x50,100000x1,1x10000" group:"Ordered workload" help:"Backlogs the ordered workload drains, <aggregates>x<events per aggregate>."`
@@ -83,6 +85,8 @@ func (c *BenchCmd) config(relay string, stderr io.Writer) bench.Config {
 		BurstRest:           c.BurstRest,
 		BurstDuration:       c.BurstDuration,
 		BurstProducers:      c.BurstProducers,
+		StepRates:           c.StepRates,
+		StepDuration:        c.StepDuration,
 		PayloadBytes:        c.PayloadBytes,
 		NaiveDrainTime:      c.NaiveDrainTime,
 		SteadyRates:         c.SteadyRates,

@@ -44,7 +44,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		"--ordered-shapes=20x5,50x1,1x40",
 		"--ordered-steady-rate=200", "--ordered-steady-aggregates=10",
 		"--scale-relays=1,2", "--scheduled-events=200", "--scheduled-over=2s", "--early-ids-rate=200", "--early-ids-duration=2s",
-		"--burst-pairs=1", "--burst-rest=300ms", "--burst-duration=1500ms", "--burst-producers=2", "--drain-wait=30s")
+		"--burst-pairs=1", "--burst-rest=300ms", "--burst-duration=1500ms", "--burst-producers=2",
+		"--step-rates=100,300", "--step-duration=1s", "--drain-wait=30s")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 45 * time.Second
@@ -90,6 +91,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"scheduled", "relay"}: 1,
 		{"early-ids", "relay"}: 1,
 		{"bursts", "relay"}:    2,
+		{"steps", "relay"}:     2,
 	}, counts)
 
 	for _, r := range rows {
@@ -101,6 +103,16 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		require.NotNil(t, r.Lost)
 		require.Zero(t, *r.Lost, "bursts: events lost")
 		require.Equal(t, *r.Trigger, r.Latency != nil, "bursts: latency is reported with the triggers, and only then")
+	}
+	for _, r := range rows {
+		if r.Workload != "steps" {
+			continue
+		}
+		require.Contains(t, []int{100, 300}, r.TargetRate)
+		require.Positive(t, r.Committed, "steps: nothing committed in step %d", r.Step)
+		require.NotNil(t, r.Latency, "steps: no latency in step %d", r.Step)
+		require.NotNil(t, r.Lost)
+		require.Zero(t, *r.Lost, "steps: events lost in step %d", r.Step)
 	}
 
 	early := byRow[[2]string{"early-ids", "relay"}]

@@ -25,6 +25,7 @@ const (
 	WorkloadHorizon   = "horizon"
 	WorkloadEarlyIDs  = "early-ids"
 	WorkloadBursts    = "bursts"
+	WorkloadSteps     = "steps"
 )
 
 // Systems a workload runs on.
@@ -39,11 +40,11 @@ const (
 )
 
 // Workloads lists every workload in the order Run runs them.
-var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadBursts, WorkloadHorizon}
+var workloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadBursts, WorkloadSteps, WorkloadHorizon}
 
 // defaultWorkloads are those Run runs when Config.Only is empty: all but
 // horizon, which takes about 14 minutes with its defaults.
-var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadBursts}
+var defaultWorkloads = []string{WorkloadDrain, WorkloadSteady, WorkloadIdle, WorkloadProducer, WorkloadOrdered, WorkloadScale, WorkloadScheduled, WorkloadEarlyIDs, WorkloadBursts, WorkloadSteps}
 
 // Phases of the horizon workload, the values of Result.Phase.
 const (
@@ -86,7 +87,7 @@ type Config struct {
 	// (e.g. "--batch-size=1000"). Default none.
 	RelayArgs []string
 	// Only selects workloads by name (drain, steady, idle, producer,
-	// ordered, scale, scheduled, early-ids, bursts, horizon). They always
+	// ordered, scale, scheduled, early-ids, bursts, steps, horizon). They always
 	// run in that order. Default:
 	// all but horizon (about 14 minutes with its defaults), which runs
 	// only when named.
@@ -103,7 +104,7 @@ type Config struct {
 	// second. Default [1000, 5000].
 	SteadyRates []int
 	// SteadyDuration is how long producers write at each steady rate.
-	// Default 30s.
+	// Default 60s.
 	SteadyDuration time.Duration
 	// Producers is how many connections share a steady rate. Default 8.
 	Producers int
@@ -155,6 +156,14 @@ type Config struct {
 	// BurstProducers is how many connections insert in a burst, one event
 	// per transaction. Default 32.
 	BurstProducers int
+	// StepRates are the steps workload's commit rates, events per second,
+	// each written by Producers connections for StepDuration, one after
+	// the other without a break: up and down, then just under and over the
+	// relay's default --busy-rate (1,000/s). Default [300, 1000, 3000, 300,
+	// 900, 1100, 900, 1100].
+	StepRates []int
+	// StepDuration is how long each step lasts. Default 10s.
+	StepDuration time.Duration
 	// ScheduledEvents is how many events the scheduled workload writes in
 	// one transaction, due one after another over ScheduledOver. Default
 	// 10000.
@@ -213,7 +222,7 @@ func (c Config) withDefaults() Config {
 	if len(c.SteadyRates) == 0 {
 		c.SteadyRates = []int{1000, 5000}
 	}
-	c.SteadyDuration = cmp.Or(c.SteadyDuration, 30*time.Second)
+	c.SteadyDuration = cmp.Or(c.SteadyDuration, time.Minute)
 	c.Producers = cmp.Or(c.Producers, 8)
 	c.IdleEvents = cmp.Or(c.IdleEvents, 50)
 	c.IdleInterval = cmp.Or(c.IdleInterval, 200*time.Millisecond)
@@ -238,6 +247,10 @@ func (c Config) withDefaults() Config {
 	c.BurstRest = cmp.Or(c.BurstRest, time.Second)
 	c.BurstDuration = cmp.Or(c.BurstDuration, 5*time.Second)
 	c.BurstProducers = cmp.Or(c.BurstProducers, 32)
+	if len(c.StepRates) == 0 {
+		c.StepRates = []int{300, 1000, 3000, 300, 900, 1100, 900, 1100}
+	}
+	c.StepDuration = cmp.Or(c.StepDuration, 10*time.Second)
 	c.HorizonRate = cmp.Or(c.HorizonRate, 1000)
 	c.HorizonPinned = cmp.Or(c.HorizonPinned, 10*time.Minute)
 	c.HorizonWindow = cmp.Or(c.HorizonWindow, 45*time.Second)
@@ -320,6 +333,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: BurstDuration %s: must be positive", c.BurstDuration)
 	case c.BurstProducers < 1:
 		return fmt.Errorf("bench: BurstProducers %d: must be at least 1", c.BurstProducers)
+	case c.StepDuration <= 0:
+		return fmt.Errorf("bench: StepDuration %s: must be positive", c.StepDuration)
+	}
+	if bad := firstBelow(c.StepRates, 1); bad != "" {
+		return fmt.Errorf("bench: StepRates %s: must be at least 1", bad)
+	}
+	var steps float64
+	for _, rate := range c.StepRates {
+		steps += float64(rate) * c.StepDuration.Seconds()
+	}
+	if steps > maxEventNumber/4 {
+		return fmt.Errorf("bench: StepRates over StepDuration %s: too many events", c.StepDuration)
 	}
 	for _, rate := range c.SteadyRates {
 		if events := float64(rate) * c.SteadyDuration.Seconds(); events > maxEventNumber/4 {
@@ -417,6 +442,8 @@ func (c Config) Flags() []string {
 		"--burst-rest=" + c.BurstRest.String(),
 		"--burst-duration=" + c.BurstDuration.String(),
 		"--burst-producers=" + strconv.Itoa(c.BurstProducers),
+		"--step-rates=" + joinInts(c.StepRates),
+		"--step-duration=" + c.StepDuration.String(),
 		"--horizon-rate=" + strconv.Itoa(c.HorizonRate),
 		"--horizon-pinned=" + c.HorizonPinned.String(),
 		"--horizon-window=" + c.HorizonWindow.String(),

@@ -43,6 +43,11 @@
 //     with the triggers, latency commit → consumer; the relay's CPU over
 //     the burst and its drain. The ratios compare the rates with and
 //     without the triggers.
+//   - steps: after the relay rested a second, Config.Producers
+//     connections write, open loop, at each of Config.StepRates for
+//     Config.StepDuration, without a break. Each step is a row: the rate
+//     achieved, latency commit → consumer of the events committed in it,
+//     and the relay's CPU during it per event committed in it.
 //   - horizon: Config.Producers connections write Config.HorizonRate
 //     events per second over Config.HorizonAggregates aggregates without
 //     a break, measured in windows of Config.HorizonWindow:

@@ -99,6 +99,13 @@ func (ps *producers) paced(ctx context.Context, k int, rec *record, clk clock, r
 // pacedUntil is paced that also ends, without an error, once stop is
 // closed (nil: never), each connection after the write it is in.
 func (ps *producers) pacedUntil(ctx context.Context, k int, rec *record, clk clock, rate float64, stop <-chan struct{}) (int64, time.Duration, error) {
+	due := func(i int) time.Duration { return time.Duration(float64(i) * float64(time.Second) / rate) }
+	return ps.scheduled(ctx, k, rec, clk, due, stop)
+}
+
+// scheduled is pacedUntil with slot i due at start + due(i), due growing
+// with i: a rate that changes over the run.
+func (ps *producers) scheduled(ctx context.Context, k int, rec *record, clk clock, due func(i int) time.Duration, stop <-chan struct{}) (int64, time.Duration, error) {
 	if a := rec.aggregates(); a%k != 0 {
 		panic(fmt.Sprintf("bench: %d aggregates over %d producers: some aggregate would have two", a, k))
 	}
@@ -110,7 +117,7 @@ func (ps *producers) pacedUntil(ctx context.Context, k int, rec *record, clk clo
 		timer.Stop()
 		defer timer.Stop()
 		for i := w; i < rec.size(); i += k {
-			if wait := time.Until(start.Add(time.Duration(float64(i) * float64(time.Second) / rate))); wait > 0 {
+			if wait := time.Until(start.Add(due(i))); wait > 0 {
 				timer.Reset(wait)
 				select {
 				case <-timer.C:

@@ -174,6 +174,8 @@ func label(r Result) string {
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.IntervalMS > 0:
 		return r.Workload + " " + strconv.FormatFloat(r.IntervalMS, 'f', -1, 64) + "ms"
+	case r.Workload == WorkloadSteps:
+		return r.Workload + " #" + strconv.Itoa(r.Step) + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.Workload == WorkloadBursts:
 		trig := " +trigger"
 		if r.Trigger != nil && !*r.Trigger {

@@ -38,6 +38,8 @@ type Result struct {
 	Window int `json:"window,omitempty"`
 	// Burst numbers the bursts workload's pairs of bursts, from 1.
 	Burst int `json:"burst,omitempty"`
+	// Step numbers the steps workload's steps, from 1.
+	Step int `json:"step,omitempty"`
 
 	// Committed is how many events producers committed (or the backlog
 	// written for a drain, or the messages the ceiling published).
@@ -48,7 +50,7 @@ type Result struct {
 	// Seconds is the measured time the rate is taken over.
 	Seconds float64 `json:"seconds"`
 	// Rate is events per second: delivered (drain), committed by the
-	// producers (steady, idle, bursts) or inserted (producer).
+	// producers (steady, idle, bursts, steps) or inserted (producer).
 	Rate float64 `json:"rate"`
 	// FirstSecondRate is the bursts workload's commit rate over the first
 	// second of the burst.

@@ -42,6 +42,7 @@ func Run(ctx context.Context, cfg Config) (results []Result, err error) {
 		{WorkloadScheduled, r.scheduled},
 		{WorkloadEarlyIDs, r.earlyIDs},
 		{WorkloadBursts, r.bursts},
+		{WorkloadSteps, r.steps},
 		{WorkloadHorizon, r.horizon},
 	} {
 		if !cfg.runs(w.name) {
