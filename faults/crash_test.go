@@ -54,11 +54,11 @@ func faultDuringDrain(t *testing.T, o *outcome, name string, runs int, fault fun
 }
 
 // Scenario 1: the relay is killed with SIGKILL at a random point of a drain
-// of 50,000 events, then started again, 20 times; every run must deliver
+// of 50,000 events, then started again, 12 times; every run must deliver
 // every event.
 func TestKillDuringDrain(t *testing.T) {
 	o := outcome{Scenario: "1 SIGKILL during a drain"}
-	faultDuringDrain(t, &o, "kill", 20, (*testkit.Process).Kill)
+	faultDuringDrain(t, &o, "kill", 12, (*testkit.Process).Kill)
 	require.Zero(t, o.Lost)
 }
 
@@ -72,12 +72,12 @@ func TestKillDuringDrainKeepingNoRows(t *testing.T) {
 	require.Zero(t, testkit.QueryInt(t, w.pool, `SELECT count(*) FROM outbox`), "no row kept: every event's row was deleted")
 }
 
-// Scenario 2: SIGTERM at a random point of a drain, 10 times: the relay
+// Scenario 2: SIGTERM at a random point of a drain, 6 times: the relay
 // settles what is in flight and releases the rest, so after the restart no
 // event arrives twice.
 func TestTermDuringDrain(t *testing.T) {
 	o := outcome{Scenario: "2 SIGTERM during a drain"}
-	faultDuringDrain(t, &o, "term", 10, func(p *testkit.Process) { p.Stop(time.Minute) })
+	faultDuringDrain(t, &o, "term", 6, func(p *testkit.Process) { p.Stop(time.Minute) })
 	require.Zero(t, o.Lost)
 	require.Zero(t, o.Duplicated, "a graceful stop must not cause duplicates")
 }
