@@ -47,7 +47,7 @@ func TestRecordCountsDuplicatesLossAndLatency(t *testing.T) {
 	require.EqualValues(t, 1, rec.duplicates())
 	require.EqualValues(t, 1, rec.lost())
 	require.EqualValues(t, 5_000_000, rec.lastReceived())
-	require.Equal(t, &Latency{P50: 1, P90: 4, P99: 4, Max: 4}, rec.latency())
+	require.Equal(t, &Latency{P50: 1, P90: 4, P99: 4, P999: 4, Max: 4}, rec.latency())
 	require.Nil(t, newRecord(0, 3).latency())
 }
 
@@ -85,4 +85,16 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 		require.NotContains(t, err.Error(), "s3cret")
 	}
+}
+
+// The p99.9 is the nearest rank: of 2,000 latencies 1 … 2,000 ms, the
+// 1,998th (the p99 is the 1,980th, the max the 2,000th).
+func TestLatencyPermille(t *testing.T) {
+	xs := make([]int64, 2000)
+	for i := range xs {
+		xs[i] = int64(i + 1)
+	}
+	require.EqualValues(t, 1998, permille(xs, 999))
+	require.EqualValues(t, 1980, percentile(xs, 99))
+	require.EqualValues(t, 1, permille(xs[:1], 999))
 }

@@ -48,7 +48,7 @@ func TestRecordCountsWithinASpan(t *testing.T) {
 	require.EqualValues(t, 0, rec.lostIn(span{0, 100}))
 	rec.commit(3, 40)
 	require.EqualValues(t, 1, rec.lostIn(span{40, 50}))
-	require.Equal(t, &Latency{P50: 15e-6, P90: 15e-6, P99: 15e-6, Max: 15e-6}, rec.latencyIn(s))
+	require.Equal(t, &Latency{P50: 15e-6, P90: 15e-6, P99: 15e-6, P999: 15e-6, Max: 15e-6}, rec.latencyIn(s))
 	require.Nil(t, rec.latencyIn(span{40, 50}))
 }
 
