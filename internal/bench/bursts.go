@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// fullSpeed is a pace no producer keeps up with: every slot is due at once,
+// so each connection inserts as fast as it can.
+const fullSpeed = 1e12
+
 // burstSlots is how many events a burst's record has room for, per second
 // of BurstDuration: more than a machine's producers commit one event per
 // transaction.
@@ -19,15 +23,11 @@ const burstSlots = 50_000
 // gate has yet to see the burst), and, with the triggers, the latency from
 // commit to consumer and the relay's CPU per event, burst and drain.
 func (r *runner) bursts(ctx context.Context) (err error) {
-	ps, err := r.db.connectProducers(ctx, r.cfg.BurstProducers, r.payloads)
+	ps, sys, err := r.startProducing(ctx, r.cfg.BurstProducers, SystemRelay)
 	if err != nil {
 		return err
 	}
 	defer ps.Close()
-	sys, err := r.startWarm(ctx, ps, SystemRelay)
-	if err != nil {
-		return err
-	}
 	defer stopSystem(sys, &err)
 	for i := range r.cfg.BurstPairs {
 		for _, trigger := range []bool{true, false} {
@@ -71,7 +71,7 @@ func (r *runner) burst(ctx context.Context, sys *system, ps *producers, trigger 
 	end := time.AfterFunc(r.cfg.BurstDuration, func() { close(stop) })
 	defer end.Stop()
 	began := r.clock.now()
-	committed, elapsed, err := ps.pacedUntil(ctx, ps.size(), rec, r.clock, 1e12, stop)
+	committed, elapsed, err := ps.pacedUntil(ctx, ps.size(), rec, r.clock, fullSpeed, stop)
 	if !trigger {
 		if terr := r.db.setTriggers(context.WithoutCancel(ctx), true); err == nil {
 			err = terr

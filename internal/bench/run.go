@@ -358,6 +358,21 @@ func (r *runner) startWarm(ctx context.Context, ps *producers, name string) (*sy
 	return sys, nil
 }
 
+// startProducing opens n producer connections and starts the system name
+// warmed up through them (startWarm); the caller closes ps and stops sys.
+func (r *runner) startProducing(ctx context.Context, n int, name string) (*producers, *system, error) {
+	ps, err := r.db.connectProducers(ctx, n, r.payloads)
+	if err != nil {
+		return nil, nil, err
+	}
+	sys, err := r.startWarm(ctx, ps, name)
+	if err != nil {
+		ps.Close()
+		return nil, nil, err
+	}
+	return ps, sys, nil
+}
+
 // stopSystem stops sys; its error becomes *err unless there already is one
 // (often the same exit, seen earlier).
 func stopSystem(sys *system, err *error) {

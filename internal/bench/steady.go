@@ -48,15 +48,11 @@ type pacing struct {
 // poller). With cost, it measures the system from the first event to the
 // end of the wait.
 func (r *runner) produce(ctx context.Context, pc pacing) (res Result, err error) {
-	ps, err := r.db.connectProducers(ctx, pc.producers, r.payloads)
+	ps, sys, err := r.startProducing(ctx, pc.producers, pc.system)
 	if err != nil {
 		return Result{}, err
 	}
 	defer ps.Close()
-	sys, err := r.startWarm(ctx, ps, pc.system)
-	if err != nil {
-		return Result{}, err
-	}
 	defer stopSystem(sys, &err)
 	rec := r.newShapedRecord(pc.total, pc.aggregates)
 	var meter *costMeter

@@ -15,15 +15,11 @@ const stepsRest = time.Second
 // producers achieved, the latency of the events committed in it, and the
 // relay's CPU during it per event committed in it.
 func (r *runner) steps(ctx context.Context) (err error) {
-	ps, err := r.db.connectProducers(ctx, r.cfg.Producers, r.payloads)
+	ps, sys, err := r.startProducing(ctx, r.cfg.Producers, SystemRelay)
 	if err != nil {
 		return err
 	}
 	defer ps.Close()
-	sys, err := r.startWarm(ctx, ps, SystemRelay)
-	if err != nil {
-		return err
-	}
 	defer stopSystem(sys, &err)
 
 	dur := r.cfg.StepDuration

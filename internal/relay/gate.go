@@ -62,9 +62,10 @@ const insertsTimeout = time.Second
 
 // IdleInsertsEvery is how often an open gate with nothing claimed reads the
 // insert order's sequence: the interval within which an insert whose
-// notification was lost is found while the relay is idle. Each reading is a round trip that
-// wakes the relay and its backend, which is most of what an idle relay
-// costs; a sample that sees the sequence move goes back to the busy pace.
+// notification was lost is found while the relay is idle. Each reading is
+// a round trip that wakes the relay and its backend, which is most of what
+// an idle relay costs; a sample that sees the sequence move goes back to
+// the busy pace.
 // The readiness round runs on the same instants (cmd/outboxrelay), so an
 // idle relay wakes once for both (decision 0007).
 const IdleInsertsEvery = 2 * time.Second
@@ -76,24 +77,31 @@ const IdleInsertsEvery = 2 * time.Second
 // insert, or chosen by the application.)
 //
 // While the steering rests (resting set), the first claim that moves the
-// meter wakes it: a burst after a quiet spell is measured from its first
-// claim, not from the next idle sample up to IdleInsertsEvery later, and
-// its producers stop paying for NOTIFY within a few rate samples.
+// meter wakes it (wake): a burst after a quiet spell is measured from its
+// first claim, not from the next idle sample up to IdleInsertsEvery later,
+// and its producers stop paying for NOTIFY within a few rate samples.
 type meter struct {
 	maxID   atomic.Int64
 	resting atomic.Bool
+	wake    chan struct{}
 }
 
-// observe records a claimed row's insert order, and reports whether the
-// steering must be woken from its rest.
-func (m *meter) observe(id int64) (wake bool) {
+// observe records a claimed row's insert order, and wakes the resting
+// steering.
+func (m *meter) observe(id int64) {
 	for {
 		cur := m.maxID.Load()
 		if id <= cur {
-			return false
+			return
 		}
 		if m.maxID.CompareAndSwap(cur, id) {
-			return m.resting.Load() && m.resting.CompareAndSwap(true, false)
+			if m.resting.Load() && m.resting.CompareAndSwap(true, false) {
+				select {
+				case m.wake <- struct{}{}:
+				default:
+				}
+			}
+			return
 		}
 	}
 }
@@ -141,8 +149,8 @@ func (r *rateRing) add(s rateSample) float64 {
 // The rate is the growth of the highest insert order seen: that of the
 // rows claimed and, with Config.Inserts, its sequence's last value, read at
 // every sample while the gate is closed and, while it is open, at a sample
-// after a claim and otherwise every IdleInsertsEvery. A relay that falls behind its
-// producers therefore keeps the gate closed while they insert fast,
+// after a claim and otherwise every IdleInsertsEvery. A relay that falls
+// behind its producers therefore keeps the gate closed while they insert fast,
 // instead of reading its own slowness as quiet and making every insert
 // notify again; and an open gate whose notifications do not come (the
 // trigger disabled or dropped, a notification lost) sees the sequence
@@ -220,7 +228,7 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			}
 		}
 		select {
-		case <-r.steerWake:
+		case <-r.meter.wake:
 			startBurst()
 			continue
 		case <-ctx.Done():
@@ -235,11 +243,12 @@ func (r *Relay) steer(ctx, drainCtx context.Context) {
 			return
 		case <-r.cfg.Clock.After(wait):
 		}
-		if r.meter.resting.Swap(false) {
-			select {
-			case <-r.steerWake: // sent before the rest began
-			default:
-			}
+		r.meter.resting.Store(false)
+		select {
+		case <-r.meter.wake: // a claim ended the rest as it ran out
+			startBurst()
+			continue
+		default:
 		}
 		now := r.cfg.Clock.Now()
 		if !open && !r.sparePoll() {

@@ -74,9 +74,6 @@ type Relay struct {
 	lookAhead atomic.Bool
 	stats     stats
 	meter     meter
-	// steerWake wakes the gate's steering from its idle wait, when the
-	// first claim after a quiet spell took rows (see steer).
-	steerWake chan struct{}
 	marks     markQueue
 	// inFlight counts the workers holding a batch; dry is whether the last
 	// claim left nothing claimable beyond its batch (see Config.Ordered).
@@ -114,7 +111,7 @@ func New(cfg Config, store Store, pub Publisher, listener Listener) (*Relay, err
 		marks:       markQueue{kick: make(chan struct{}, 1)},
 		retryDue:    make(chan time.Duration, 1),
 		advanceKick: make(chan struct{}, 1),
-		steerWake:   make(chan struct{}, 1),
+		meter:       meter{wake: make(chan struct{}, 1)},
 		db:          newDBState(),
 		claimBackoff: backoff.NewExponentialBackOff(
 			backoff.WithInitialInterval(100*time.Millisecond),
@@ -295,12 +292,7 @@ func (r *Relay) pass(ctx, drainCtx context.Context) {
 			r.wakeForParked()
 			return
 		}
-		if r.meter.observe(batch.Events[n-1].Seq) { // a batch is in Seq order
-			select {
-			case r.steerWake <- struct{}{}:
-			default:
-			}
-		}
+		r.meter.observe(batch.Events[n-1].Seq) // a batch is in Seq order
 		r.wakeForParked()
 		if ctx.Err() != nil {
 			r.release(drainCtx, batch.Lease, ids(batch.Events))
