@@ -64,6 +64,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "ratios")
 	require.Contains(t, stdout.String(), "drain relay/ceiling")
 	require.Contains(t, stdout.String(), "idle p50 relay − ceiling")
+	require.Contains(t, stdout.String(), "steady 200/s p50 / p99 / p99.9 relay − ceiling")
+	require.Contains(t, stdout.String(), "steps #2 300/s p50 / p99 / p99.9 relay − ceiling")
 	require.Contains(t, stdout.String(), "producer c=2 with/without trigger")
 	require.Contains(t, stdout.String(), "out of order")
 	require.Contains(t, stdout.String(), "producer c=2 with/without ordering index")
@@ -83,7 +85,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	}
 	require.Equal(t, map[[2]string]int{
 		{"drain", "relay"}: 1, {"drain", "naive"}: 1, {"drain", "ceiling"}: 1,
-		{"steady", "relay"}: 1, {"steady", "naive"}: 1,
+		{"steady", "relay"}: 1, {"steady", "naive"}: 1, {"steady", "ceiling"}: 1,
 		{"idle", "relay"}: 1, {"idle", "naive"}: 1, {"idle", "ceiling"}: 1,
 		{"producer", "relay"}: 8, {"producer", "keyscan"}: 4,
 		{"ordered", "relay"}: 4, {"ordered", "keyscan"}: 4,
@@ -91,7 +93,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"scheduled", "relay"}: 1,
 		{"early-ids", "relay"}: 1,
 		{"bursts", "relay"}:    2,
-		{"steps", "relay"}:     2,
+		{"steps", "relay"}:     2, {"steps", "ceiling"}: 2,
 	}, counts)
 
 	for _, r := range rows {
@@ -157,7 +159,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		require.Nil(t, r.Cost.ClaimsPer1k, "%s %s: the naive poller has no claims metric", row[0], row[1])
 	}
 	require.Positive(t, costed, "no naive row was costed")
-	for _, row := range [][2]string{{"steady", "relay"}, {"idle", "relay"}, {"idle", "ceiling"}} {
+	for _, row := range [][2]string{{"steady", "relay"}, {"steady", "ceiling"}, {"idle", "relay"}, {"idle", "ceiling"}} {
 		w, r := row[0]+" "+row[1], byRow[row]
 		require.NotNil(t, r.Lost, w)
 		require.Zero(t, *r.Lost, w)

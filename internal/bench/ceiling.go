@@ -55,36 +55,51 @@ func publishCeiling(ctx context.Context, amqpURL, exchange string, rec *record, 
 	return start, nil
 }
 
-// publishPaced is the broker ceiling's idle path: the events of rec
-// published from memory one at a time, every interval, each confirmed
-// before the next; an event counts as committed as its publish starts.
-func publishPaced(ctx context.Context, amqpURL, exchange string, rec *record, p payloads, clk clock, interval time.Duration) error {
-	conn, ch, err := ceilingChannel(amqpURL)
+// publishScheduled is the broker ceiling's paced path, the producers'
+// schedule without a database: k publishers, each on a confirm channel of
+// its own, publish slot i of rec from memory at start + due(i), publisher
+// w the slots w, w+k, …, each confirmed before its next, as a producer's
+// commit returns before its next insert. A publisher that falls behind
+// publishes its next at once. An event counts as committed as its publish
+// starts. It returns the clock reading of the schedule's start.
+func publishScheduled(ctx context.Context, amqpURL, exchange string, k int, rec *record, p payloads, clk clock, due func(i int) time.Duration) (int64, error) {
+	conn, err := dialAMQP(amqpURL, "outboxrelay-bench-ceiling")
 	if err != nil {
-		return err
+		return 0, fmt.Errorf("ceiling: %w", err)
 	}
 	defer conn.Close()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for i := range rec.size() {
-		if i > 0 {
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		msg := ceilingMessage(rec.number(i), p, time.Now())
-		rec.commit(i, clk.now())
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
-		if err != nil {
-			return fmt.Errorf("ceiling: publish: %w", err)
-		}
-		if err := awaitConfirm(ctx, dc); err != nil {
-			return fmt.Errorf("ceiling: message %d: %w", i, err)
+	chans := make([]*amqp.Channel, k)
+	for w := range chans {
+		if chans[w], err = confirmChannel(conn); err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	began, start := clk.now(), time.Now()
+	return began, fanOut(ctx, k, func(ctx context.Context, w int) error {
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		defer timer.Stop()
+		for i := w; i < rec.size(); i += k {
+			if wait := time.Until(start.Add(due(i))); wait > 0 {
+				timer.Reset(wait)
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			}
+			msg := ceilingMessage(rec.number(i), p, time.Now())
+			rec.commit(i, clk.now())
+			dc, err := chans[w].PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
+			if err != nil {
+				return fmt.Errorf("ceiling: publish: %w", err)
+			}
+			if err := awaitConfirm(ctx, dc); err != nil {
+				return fmt.Errorf("ceiling: message %d: %w", i, err)
+			}
+		}
+		return nil
+	})
 }
 
 // ceilingChannel is a connection and a confirm channel on it.
@@ -93,16 +108,24 @@ func ceilingChannel(amqpURL string) (*amqp.Connection, *amqp.Channel, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("ceiling: %w", err)
 	}
-	ch, err := conn.Channel()
+	ch, err := confirmChannel(conn)
 	if err != nil {
 		conn.Close()
-		return nil, nil, fmt.Errorf("ceiling: open channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("ceiling: confirm mode: %w", err)
+		return nil, nil, err
 	}
 	return conn, ch, nil
+}
+
+// confirmChannel opens a channel on conn in confirm mode.
+func confirmChannel(conn *amqp.Connection) (*amqp.Channel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("ceiling: open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("ceiling: confirm mode: %w", err)
+	}
+	return ch, nil
 }
 
 // ceilingMessage is event n as the relay would publish it: same

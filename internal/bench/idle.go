@@ -32,17 +32,10 @@ func (r *runner) idle(ctx context.Context) error {
 
 // idleCeiling runs the idle workload on the broker ceiling (publishPaced).
 func (r *runner) idleCeiling(ctx context.Context) (Result, error) {
-	if err := r.reset(ctx); err != nil {
-		return Result{}, err
-	}
 	r.log.Info("idle: start", "system", SystemCeiling, "events", r.cfg.IdleEvents, "interval", r.cfg.IdleInterval)
-	rec := r.newRecord(r.cfg.IdleEvents)
-	start := r.clock.now()
-	if err := publishPaced(ctx, r.cfg.AMQPURL, r.cfg.Exchange, rec, r.payloads, r.clock, r.cfg.IdleInterval); err != nil {
-		return Result{}, err
-	}
-	elapsed := time.Duration(r.clock.now() - start)
-	if _, err := r.await(ctx, rec, int64(rec.size()), r.cfg.DrainWait, true); err != nil {
+	due := func(i int) time.Duration { return time.Duration(i) * r.cfg.IdleInterval }
+	rec, _, elapsed, err := r.ceilingScheduled(ctx, 1, r.cfg.IdleEvents, due)
+	if err != nil {
 		return Result{}, err
 	}
 	return Result{
@@ -57,4 +50,24 @@ func (r *runner) idleCeiling(ctx context.Context) (Result, error) {
 		Duplicates: rec.duplicates(),
 		Lost:       ptr(rec.lost()),
 	}, nil
+}
+
+// ceilingScheduled has the broker ceiling publish total events on k
+// publishers, slot i at due(i) (publishScheduled), and waits for them to
+// arrive. It returns their record, the clock reading of the schedule's
+// start and the time the publishers took.
+func (r *runner) ceilingScheduled(ctx context.Context, k, total int, due func(i int) time.Duration) (*record, int64, time.Duration, error) {
+	if err := r.reset(ctx); err != nil {
+		return nil, 0, 0, err
+	}
+	rec := r.newRecord(total)
+	began, err := publishScheduled(ctx, r.cfg.AMQPURL, r.cfg.Exchange, k, rec, r.payloads, r.clock, due)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	elapsed := time.Duration(r.clock.now() - began)
+	if _, err := r.await(ctx, rec, int64(rec.size()), r.cfg.DrainWait, true); err != nil {
+		return nil, 0, 0, err
+	}
+	return rec, began, elapsed, nil
 }

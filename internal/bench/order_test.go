@@ -113,3 +113,22 @@ func TestIdleRatioIsTheRelaysP50AboveTheCeilings(t *testing.T) {
 	require.Equal(t, ptr(0.75), ComputeRatios(results).IdleRelayOverCeilingMS)
 	require.Nil(t, ComputeRatios(results[:2]).IdleRelayOverCeilingMS, "no ceiling run, no ratio")
 }
+
+func TestOverCeilingPairsEachRateAndStepWithTheCeilings(t *testing.T) {
+	t.Parallel()
+	results := []Result{
+		{Workload: WorkloadSteady, System: SystemRelay, TargetRate: 1000, Latency: &Latency{P50: 2, P99: 8, P999: 20}},
+		{Workload: WorkloadSteady, System: SystemNaive, TargetRate: 1000, Latency: &Latency{P50: 600, P99: 900, P999: 990}},
+		{Workload: WorkloadSteady, System: SystemRelay, TargetRate: 5000, Latency: &Latency{P50: 3, P99: 9, P999: 30}},
+		{Workload: WorkloadSteps, System: SystemRelay, TargetRate: 300, Step: 1, Latency: &Latency{P50: 1, P99: 3, P999: 6}},
+		{Workload: WorkloadSteps, System: SystemRelay, TargetRate: 300, Step: 3, Latency: &Latency{P50: 1.5, P99: 4, P999: 7}},
+		{Workload: WorkloadSteady, System: SystemCeiling, TargetRate: 1000, Latency: &Latency{P50: 0.5, P99: 1.5, P999: 4}},
+		{Workload: WorkloadSteps, System: SystemCeiling, TargetRate: 300, Step: 1, Latency: &Latency{P50: 0.25, P99: 1, P999: 2}},
+		{Workload: WorkloadSteps, System: SystemCeiling, TargetRate: 300, Step: 3, Latency: &Latency{P50: 0.5, P99: 2, P999: 3}},
+	}
+	require.Equal(t, []LatencyGap{
+		{Workload: WorkloadSteady, Rate: 1000, P50MS: 1.5, P99MS: 6.5, P999MS: 16},
+		{Workload: WorkloadSteps, Rate: 300, Step: 1, P50MS: 0.75, P99MS: 2, P999MS: 4},
+		{Workload: WorkloadSteps, Rate: 300, Step: 3, P50MS: 1, P99MS: 2, P999MS: 4},
+	}, ComputeRatios(results).OverCeiling, "5,000/s has no ceiling row, and each step pairs with its own")
+}

@@ -100,6 +100,13 @@ func WriteRatios(w io.Writer, r Ratios) error {
 		fmt.Fprintf(tw, "  bursts with/without trigger, first second\t%s %%\t(pairs %s)\n", num(b.FirstSecondPct), strings.Join(pairs, ", "))
 		fmt.Fprintf(tw, "  bursts with/without trigger, whole burst\t%s %%\n", num(b.WholePct))
 	}
+	for _, g := range r.OverCeiling {
+		what := g.Workload + " " + strconv.Itoa(g.Rate) + "/s"
+		if g.Step > 0 {
+			what = g.Workload + " #" + strconv.Itoa(g.Step) + " " + strconv.Itoa(g.Rate) + "/s"
+		}
+		fmt.Fprintf(tw, "  %s p50 / p99 / p99.9 relay − ceiling\t%s / %s / %s ms\n", what, num(g.P50MS), num(g.P99MS), num(g.P999MS))
+	}
 	if h := r.Horizon; h != nil {
 		versus := func(what string, c *Comparison, unit, asked string) {
 			if c == nil {
@@ -166,6 +173,8 @@ func label(r Result) string {
 		return r.Workload + " " + strconv.Itoa(r.Relays) + "×"
 	case r.Workload == WorkloadScheduled:
 		return r.Workload + " " + strconv.FormatInt(r.Committed, 10) + " over " + time.Duration(r.Seconds*float64(time.Second)).String()
+	case r.Workload == WorkloadSteps:
+		return r.Workload + " #" + strconv.Itoa(r.Step) + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.Workload == WorkloadOrdered && r.TargetRate > 0:
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s over " + strconv.Itoa(r.Aggregates)
 	case r.Workload == WorkloadOrdered:
@@ -174,8 +183,6 @@ func label(r Result) string {
 		return r.Workload + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.IntervalMS > 0:
 		return r.Workload + " " + strconv.FormatFloat(r.IntervalMS, 'f', -1, 64) + "ms"
-	case r.Workload == WorkloadSteps:
-		return r.Workload + " #" + strconv.Itoa(r.Step) + " " + strconv.Itoa(r.TargetRate) + "/s"
 	case r.Workload == WorkloadBursts:
 		trig := " +trigger"
 		if r.Trigger != nil && !*r.Trigger {

@@ -185,6 +185,21 @@ type Ratios struct {
 	// Bursts compares the bursts workload's producers with and without
 	// the triggers; nil without that workload.
 	Bursts *BurstRatio `json:"bursts"`
+	// OverCeiling is, for each steady rate and each step, how much the
+	// relay's latency exceeds the broker ceiling's at the same rate on the
+	// same schedule.
+	OverCeiling []LatencyGap `json:"over_ceiling"`
+}
+
+// LatencyGap is the relay's latency above the broker ceiling's in one
+// steady run or one step: Relay − Ceiling, in ms.
+type LatencyGap struct {
+	Workload string  `json:"workload"`
+	Rate     int     `json:"rate"`
+	Step     int     `json:"step,omitempty"`
+	P50MS    float64 `json:"p50_ms"`
+	P99MS    float64 `json:"p99_ms"`
+	P999MS   float64 `json:"p999_ms"`
 }
 
 // BurstRatio compares the bursts workload's commit rates with the
@@ -282,7 +297,38 @@ func ComputeRatios(results []Result) Ratios {
 	r.Ordered = orderedRatios(results)
 	r.Horizon = horizonRatio(results)
 	r.Bursts = burstRatio(results)
+	r.OverCeiling = overCeiling(results)
 	return r
+}
+
+// overCeiling pairs each steady and steps row of the relay with the
+// ceiling's row of the same rate and step.
+func overCeiling(results []Result) []LatencyGap {
+	type key struct {
+		workload   string
+		rate, step int
+	}
+	ceiling := map[key]*Latency{}
+	for _, res := range results {
+		if res.System == SystemCeiling && res.Latency != nil && (res.Workload == WorkloadSteady || res.Workload == WorkloadSteps) {
+			ceiling[key{res.Workload, res.TargetRate, res.Step}] = res.Latency
+		}
+	}
+	var out []LatencyGap
+	for _, res := range results {
+		if res.System != SystemRelay || res.Latency == nil {
+			continue
+		}
+		c, ok := ceiling[key{res.Workload, res.TargetRate, res.Step}]
+		if !ok {
+			continue
+		}
+		out = append(out, LatencyGap{
+			Workload: res.Workload, Rate: res.TargetRate, Step: res.Step,
+			P50MS: res.Latency.P50 - c.P50, P99MS: res.Latency.P99 - c.P99, P999MS: res.Latency.P999 - c.P999,
+		})
+	}
+	return out
 }
 
 // burstRatio compares the bursts with the triggers to those without; nil

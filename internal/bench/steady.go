@@ -25,8 +25,40 @@ func (r *runner) steady(ctx context.Context) error {
 			r.results = append(r.results, res)
 			r.log.Info("steady: done", "system", name, "rate", rate, "committed", res.Committed, "received", res.Events)
 		}
+		res, err := r.steadyCeiling(ctx, rate)
+		if err != nil {
+			return err
+		}
+		r.results = append(r.results, res)
 	}
 	return nil
+}
+
+// steadyCeiling runs the steady workload at rate on the broker ceiling:
+// Producers publishers, paced as the producers are, each publish
+// confirmed before the next. Its latency is the broker path's alone, the
+// floor under the relay's at that rate.
+func (r *runner) steadyCeiling(ctx context.Context, rate int) (Result, error) {
+	r.log.Info("steady: start", "system", SystemCeiling, "rate", rate, "duration", r.cfg.SteadyDuration)
+	total := max(1, int(float64(rate)*r.cfg.SteadyDuration.Seconds()))
+	due := func(i int) time.Duration { return time.Duration(float64(i) * float64(time.Second) / float64(rate)) }
+	rec, _, elapsed, err := r.ceilingScheduled(ctx, r.cfg.Producers, total, due)
+	if err != nil {
+		return Result{}, err
+	}
+	r.log.Info("steady: done", "system", SystemCeiling, "rate", rate, "received", rec.count())
+	return Result{
+		Workload:   WorkloadSteady,
+		System:     SystemCeiling,
+		TargetRate: rate,
+		Committed:  int64(rec.size()),
+		Events:     rec.count(),
+		Seconds:    elapsed.Seconds(),
+		Rate:       float64(rec.size()) / elapsed.Seconds(),
+		Latency:    rec.latency(),
+		Duplicates: rec.duplicates(),
+		Lost:       ptr(rec.lost()),
+	}, nil
 }
 
 // pacing describes one paced run.

@@ -13,15 +13,9 @@ const stepsRest = time.Second
 // write, open loop, at each of StepRates for StepDuration in turn, after
 // the relay has rested for stepsRest. Each step is a row: the rate the
 // producers achieved, the latency of the events committed in it, and the
-// relay's CPU during it per event committed in it.
-func (r *runner) steps(ctx context.Context) (err error) {
-	ps, sys, err := r.startProducing(ctx, r.cfg.Producers, SystemRelay)
-	if err != nil {
-		return err
-	}
-	defer ps.Close()
-	defer stopSystem(sys, &err)
-
+// relay's CPU during it per event committed in it. The broker ceiling then
+// publishes on the same schedule: each step's latency floor.
+func (r *runner) steps(ctx context.Context) error {
 	dur := r.cfg.StepDuration
 	ends := make([]int, len(r.cfg.StepRates)) // slots written by the end of each step
 	total := 0
@@ -39,6 +33,28 @@ func (r *runner) steps(ctx context.Context) (err error) {
 		}
 		return time.Duration(len(ends)) * dur
 	}
+	if err := r.stepsRelay(ctx, total, due); err != nil {
+		return err
+	}
+	r.log.Info("steps: start", "system", SystemCeiling, "rates", r.cfg.StepRates, "step", dur)
+	rec, began, _, err := r.ceilingScheduled(ctx, r.cfg.Producers, total, due)
+	if err != nil {
+		return err
+	}
+	r.stepRows(SystemCeiling, rec, began, nil)
+	r.log.Info("steps: done", "system", SystemCeiling, "received", rec.count())
+	return nil
+}
+
+// stepsRelay is the steps workload's relay run: total events, slot i due
+// at due(i).
+func (r *runner) stepsRelay(ctx context.Context, total int, due func(i int) time.Duration) (err error) {
+	ps, sys, err := r.startProducing(ctx, r.cfg.Producers, SystemRelay)
+	if err != nil {
+		return err
+	}
+	defer ps.Close()
+	defer stopSystem(sys, &err)
 	rest := time.NewTimer(stepsRest)
 	select {
 	case <-rest.C:
@@ -46,8 +62,9 @@ func (r *runner) steps(ctx context.Context) (err error) {
 		rest.Stop()
 		return ctx.Err()
 	}
+	dur := r.cfg.StepDuration
 	rec := r.newRecord(total)
-	r.log.Info("steps: start", "rates", r.cfg.StepRates, "step", dur, "producers", ps.size())
+	r.log.Info("steps: start", "system", SystemRelay, "rates", r.cfg.StepRates, "step", dur, "producers", ps.size())
 	began, start := r.clock.now(), time.Now()
 	type written struct {
 		committed int64
@@ -58,9 +75,9 @@ func (r *runner) steps(ctx context.Context) (err error) {
 		n, _, err := ps.scheduled(ctx, ps.size(), rec, r.clock, due, nil)
 		done <- written{n, err}
 	}()
-	costs := make([]*Cost, len(ends))
+	costs := make([]*Cost, len(r.cfg.StepRates))
 	meter, err := beginCost(ctx, r.db, sys)
-	for k := range ends {
+	for k := range costs {
 		if err != nil {
 			break
 		}
@@ -72,9 +89,8 @@ func (r *runner) steps(ctx context.Context) (err error) {
 			err = ctx.Err()
 			continue
 		}
-		s := span{from: began + int64(time.Duration(k)*dur), to: began + int64(time.Duration(k+1)*dur)}
-		costs[k], err = meter.finish(ctx, rec.committedIn(s))
-		if err == nil && k+1 < len(ends) {
+		costs[k], err = meter.finish(ctx, rec.committedIn(r.stepSpan(began, k)))
+		if err == nil && k+1 < len(costs) {
 			meter, err = beginCost(ctx, r.db, sys)
 		}
 	}
@@ -88,15 +104,30 @@ func (r *runner) steps(ctx context.Context) (err error) {
 	if _, err := r.await(ctx, rec, w.committed, r.cfg.DrainWait, true, sys); err != nil {
 		return err
 	}
+	r.stepRows(SystemRelay, rec, began, costs)
+	r.log.Info("steps: done", "system", SystemRelay, "committed", w.committed, "received", rec.count())
+	return nil
+}
+
+// stepSpan is step k's span of the clock, for a run that began at began.
+func (r *runner) stepSpan(began int64, k int) span {
+	dur := int64(r.cfg.StepDuration)
+	return span{from: began + int64(k)*dur, to: began + int64(k+1)*dur}
+}
+
+// stepRows adds a result per step of a run of system that began at began,
+// costs[k] (if any) the system's cost in step k.
+func (r *runner) stepRows(system string, rec *record, began int64, costs []*Cost) {
+	dur := r.cfg.StepDuration
 	for k, rate := range r.cfg.StepRates {
-		s := span{from: began + int64(time.Duration(k)*dur), to: began + int64(time.Duration(k+1)*dur)}
-		if k == len(ends)-1 {
+		s := r.stepSpan(began, k)
+		if k == len(r.cfg.StepRates)-1 {
 			s.to = always.to // the last step's stragglers committed after its end
 		}
 		committed := rec.committedIn(s)
-		r.results = append(r.results, Result{
+		res := Result{
 			Workload:   WorkloadSteps,
-			System:     SystemRelay,
+			System:     system,
 			TargetRate: rate,
 			Step:       k + 1,
 			Committed:  committed,
@@ -105,9 +136,10 @@ func (r *runner) steps(ctx context.Context) (err error) {
 			Rate:       float64(committed) / dur.Seconds(),
 			Latency:    rec.latencyIn(s),
 			Lost:       ptr(rec.lostIn(s)),
-			Cost:       costs[k],
-		})
+		}
+		if costs != nil {
+			res.Cost = costs[k]
+		}
+		r.results = append(r.results, res)
 	}
-	r.log.Info("steps: done", "committed", w.committed, "received", rec.count())
-	return nil
 }
