@@ -70,7 +70,8 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 	require.Contains(t, stdout.String(), "out of order")
 	require.Contains(t, stdout.String(), "producer c=2 with/without ordering index")
 	require.Contains(t, stdout.String(), "ordered 20x5 keyscan/relay")
-	require.Contains(t, stdout.String(), "bursts with/without trigger, first second")
+	require.Contains(t, stdout.String(), "bursts triggered/resting relay, first second")
+	require.Contains(t, stdout.String(), "bursts triggered/polling relay, first second")
 	require.Contains(t, stdout.String(), "p99.9")
 
 	rows, machines, ratios := readBenchJSON(t, jsonPath)
@@ -92,7 +93,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		{"scale", "relay"}:     2,
 		{"scheduled", "relay"}: 1,
 		{"early-ids", "relay"}: 1,
-		{"bursts", "relay"}:    2,
+		{"bursts", "relay"}:    3,
 		{"steps", "relay"}:     2, {"steps", "ceiling"}: 2,
 	}, counts)
 
@@ -105,6 +106,7 @@ func TestBenchRunsAtTinySize(t *testing.T) {
 		require.NotNil(t, r.Lost)
 		require.Zero(t, *r.Lost, "bursts: events lost")
 		require.Equal(t, *r.Trigger, r.Latency != nil, "bursts: latency is reported with the triggers, and only then")
+		require.Equal(t, *r.Trigger, r.BurstArm == bench.BurstTriggered, "bursts: arm %s", r.BurstArm)
 	}
 	for _, r := range rows {
 		if r.Workload != "steps" {

@@ -14,41 +14,76 @@ const fullSpeed = 1e12
 // transaction.
 const burstSlots = 50_000
 
+// The bursts workload's arms. With the triggers, the relay as it runs.
+// Without them, two baselines: the same relay, which finds the rows only
+// at its next reading of the insert sequence (up to 2 s into the burst,
+// so it rests through the burst's first second), and a relay that polls
+// every busy poll interval without LISTEN (a poller: no trigger, no gate),
+// delivering from the burst's first claim, as a busy relay does.
+const (
+	BurstTriggered = "triggered"
+	BurstResting   = "resting"
+	BurstPolling   = "polling"
+)
+
 // bursts measures load that arrives after a quiet spell, as it does in
 // production: BurstPairs times, a burst with the outbox's triggers enabled
-// and then one with them disabled, each after the relay has rested for
-// BurstRest with nothing inserted, BurstProducers connections inserting as
-// fast as they can for BurstDuration. Each burst reports the producers'
-// rate over the whole burst and over its first second (where the relay's
-// gate has yet to see the burst), and, with the triggers, the latency from
-// commit to consumer and the relay's CPU per event, burst and drain.
-func (r *runner) bursts(ctx context.Context) (err error) {
-	ps, sys, err := r.startProducing(ctx, r.cfg.BurstProducers, SystemRelay)
+// and then one for each baseline without them, each after the relay has
+// rested for BurstRest with nothing inserted, BurstProducers connections
+// inserting as fast as they can for BurstDuration. Each burst reports the
+// producers' rate over the whole burst and over its first second (where
+// the relay's gate has yet to see the burst), and, with the triggers, the
+// latency from commit to consumer and the relay's CPU per event, burst and
+// drain.
+func (r *runner) bursts(ctx context.Context) error {
+	ps, err := r.db.connectProducers(ctx, r.cfg.BurstProducers, r.payloads)
 	if err != nil {
 		return err
 	}
 	defer ps.Close()
-	defer stopSystem(sys, &err)
 	for i := range r.cfg.BurstPairs {
-		for _, trigger := range []bool{true, false} {
-			r.log.Info("bursts: start", "burst", i+1, "trigger", trigger, "rest", r.cfg.BurstRest, "duration", r.cfg.BurstDuration)
-			res, err := r.burst(ctx, sys, ps, trigger)
+		for _, arm := range []string{BurstTriggered, BurstResting, BurstPolling} {
+			r.log.Info("bursts: start", "burst", i+1, "arm", arm, "rest", r.cfg.BurstRest, "duration", r.cfg.BurstDuration)
+			res, err := r.burstArm(ctx, ps, arm)
 			if err != nil {
 				return err
 			}
 			res.Burst = i + 1
 			r.results = append(r.results, res)
-			r.log.Info("bursts: done", "burst", i+1, "trigger", trigger, "inserts_per_s", round(res.Rate),
+			r.log.Info("bursts: done", "burst", i+1, "arm", arm, "inserts_per_s", round(res.Rate),
 				"first_second_per_s", round(*res.FirstSecondRate))
 		}
 	}
 	return nil
 }
 
+// burstArm starts the relay of arm, warmed up, runs one burst and stops
+// the relay.
+func (r *runner) burstArm(ctx context.Context, ps *producers, arm string) (res Result, err error) {
+	if err := r.reset(ctx); err != nil {
+		return Result{}, err
+	}
+	var args []string
+	if arm == BurstPolling {
+		args = []string{"--no-listen", "--poll-interval=" + r.cfg.busyPoll().String()}
+	}
+	sys, err := r.start(SystemRelay, args...)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopSystem(sys, &err)
+	if err := r.warmUp(ctx, sys, ps); err != nil {
+		return Result{}, err
+	}
+	res, err = r.burst(ctx, sys, ps, arm == BurstTriggered)
+	res.BurstArm = arm
+	return res, err
+}
+
 // burst is one burst after a rest; the relay drains it before it returns.
-// Without the triggers nothing notifies the relay, which finds the rows
-// through its reading of the insert sequence; their latency is not
-// reported.
+// Without the triggers nothing notifies the relay, which finds the rows by
+// polling or through its reading of the insert sequence; their latency is
+// not reported.
 func (r *runner) burst(ctx context.Context, sys *system, ps *producers, trigger bool) (Result, error) {
 	if !trigger {
 		if err := r.db.setTriggers(ctx, false); err != nil {

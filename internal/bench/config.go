@@ -461,6 +461,20 @@ func (c Config) Flags() []string {
 	return flags
 }
 
+// relayBusyPoll is the relay's --busy-poll-interval default.
+const relayBusyPoll = 2 * time.Millisecond
+
+// busyPoll is the relay's busy poll interval: what RelayArgs set, else its
+// default.
+func (c Config) busyPoll() time.Duration {
+	if v, ok := relayArg(c.RelayArgs, "--busy-poll-interval"); ok {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d
+		}
+	}
+	return relayBusyPoll
+}
+
 func firstBelow(xs []int, low int) string {
 	for _, x := range xs {
 		if x < low {

@@ -132,3 +132,19 @@ func TestOverCeilingPairsEachRateAndStepWithTheCeilings(t *testing.T) {
 		{Workload: WorkloadSteps, Rate: 300, Step: 3, P50MS: 1, P99MS: 2, P999MS: 4},
 	}, ComputeRatios(results).OverCeiling, "5,000/s has no ceiling row, and each step pairs with its own")
 }
+
+func TestBurstRatiosCompareTheTriggeredArmToEachBaseline(t *testing.T) {
+	t.Parallel()
+	burst := func(arm string, first, whole float64) Result {
+		return Result{Workload: WorkloadBursts, BurstArm: arm, FirstSecondRate: &first, Rate: whole}
+	}
+	results := []Result{
+		burst(BurstTriggered, 600, 900), burst(BurstResting, 1000, 1000), burst(BurstPolling, 800, 900),
+		burst(BurstTriggered, 900, 900), burst(BurstResting, 1000, 1000), burst(BurstPolling, 1000, 900),
+	}
+	require.Equal(t, []BurstRatio{
+		{Baseline: BurstResting, FirstSecondPct: 75, WholePct: 90, PairFirstSecondPct: []float64{60, 90}},
+		{Baseline: BurstPolling, FirstSecondPct: 750.0 / 9, WholePct: 100, PairFirstSecondPct: []float64{75, 90}},
+	}, ComputeRatios(results).Bursts)
+	require.Empty(t, ComputeRatios(results[:1]).Bursts, "no baseline, no ratio")
+}

@@ -92,13 +92,13 @@ func WriteRatios(w io.Writer, r Ratios) error {
 	for _, o := range r.Ordered {
 		fmt.Fprintf(tw, "  ordered %s keyscan/relay\t%s\t(%s/s vs %s/s)\n", o.Shape, pct(o.KeyscanPct, "%"), num(o.Keyscan), num(o.Unordered))
 	}
-	if b := r.Bursts; b != nil {
+	for _, b := range r.Bursts {
 		pairs := make([]string, len(b.PairFirstSecondPct))
 		for i, pct := range b.PairFirstSecondPct {
 			pairs[i] = num(pct) + " %"
 		}
-		fmt.Fprintf(tw, "  bursts with/without trigger, first second\t%s %%\t(pairs %s)\n", num(b.FirstSecondPct), strings.Join(pairs, ", "))
-		fmt.Fprintf(tw, "  bursts with/without trigger, whole burst\t%s %%\n", num(b.WholePct))
+		fmt.Fprintf(tw, "  bursts triggered/%s relay, first second\t%s %%\t(rounds %s)\n", b.Baseline, num(b.FirstSecondPct), strings.Join(pairs, ", "))
+		fmt.Fprintf(tw, "  bursts triggered/%s relay, whole burst\t%s %%\n", b.Baseline, num(b.WholePct))
 	}
 	for _, g := range r.OverCeiling {
 		what := g.Workload + " " + strconv.Itoa(g.Rate) + "/s"
@@ -186,7 +186,7 @@ func label(r Result) string {
 	case r.Workload == WorkloadBursts:
 		trig := " +trigger"
 		if r.Trigger != nil && !*r.Trigger {
-			trig = " -trigger"
+			trig = " -trigger " + r.BurstArm
 		}
 		first := ""
 		if r.FirstSecondRate != nil {

@@ -36,8 +36,11 @@ type Result struct {
 	// Window numbers the horizon workload's windows within their phase,
 	// from 1.
 	Window int `json:"window,omitempty"`
-	// Burst numbers the bursts workload's pairs of bursts, from 1.
+	// Burst numbers the bursts workload's rounds of bursts, from 1.
 	Burst int `json:"burst,omitempty"`
+	// BurstArm is the bursts workload's arm: BurstTriggered,
+	// BurstResting or BurstPolling.
+	BurstArm string `json:"burst_arm,omitempty"`
 	// Step numbers the steps workload's steps, from 1.
 	Step int `json:"step,omitempty"`
 
@@ -182,9 +185,9 @@ type Ratios struct {
 	// Horizon compares the horizon workload's last pinned window with its
 	// baseline; nil without that workload.
 	Horizon *HorizonRatio `json:"horizon"`
-	// Bursts compares the bursts workload's producers with and without
-	// the triggers; nil without that workload.
-	Bursts *BurstRatio `json:"bursts"`
+	// Bursts compares the bursts workload's producers with the triggers to
+	// each baseline without them; empty without that workload.
+	Bursts []BurstRatio `json:"bursts"`
 	// OverCeiling is, for each steady rate and each step, how much the
 	// relay's latency exceeds the broker ceiling's at the same rate on the
 	// same schedule.
@@ -203,12 +206,14 @@ type LatencyGap struct {
 }
 
 // BurstRatio compares the bursts workload's commit rates with the
-// triggers to those without, as percentages of the mean rates, over the
-// bursts' first seconds and over the whole bursts.
+// triggers to those of one baseline without them (Baseline: BurstResting
+// or BurstPolling), as percentages of the mean rates, over the bursts'
+// first seconds and over the whole bursts.
 type BurstRatio struct {
+	Baseline       string  `json:"baseline"`
 	FirstSecondPct float64 `json:"first_second_pct"`
 	WholePct       float64 `json:"whole_pct"`
-	// PairFirstSecondPct is each pair's first-second ratio, in the order
+	// PairFirstSecondPct is each round's first-second ratio, in the order
 	// they ran.
 	PairFirstSecondPct []float64 `json:"pair_first_second_pct"`
 }
@@ -331,30 +336,35 @@ func overCeiling(results []Result) []LatencyGap {
 	return out
 }
 
-// burstRatio compares the bursts with the triggers to those without; nil
-// unless both ran.
-func burstRatio(results []Result) *BurstRatio {
-	var withFirst, withoutFirst, with, without []float64
+// burstRatio compares the bursts with the triggers to each baseline that
+// ran.
+func burstRatio(results []Result) []BurstRatio {
+	first, whole := map[string][]float64{}, map[string][]float64{}
 	for _, res := range results {
-		if res.Workload != WorkloadBursts || res.Trigger == nil || res.FirstSecondRate == nil {
+		if res.Workload != WorkloadBursts || res.FirstSecondRate == nil {
 			continue
 		}
-		if *res.Trigger {
-			withFirst, with = append(withFirst, *res.FirstSecondRate), append(with, res.Rate)
-		} else {
-			withoutFirst, without = append(withoutFirst, *res.FirstSecondRate), append(without, res.Rate)
+		first[res.BurstArm] = append(first[res.BurstArm], *res.FirstSecondRate)
+		whole[res.BurstArm] = append(whole[res.BurstArm], res.Rate)
+	}
+	var out []BurstRatio
+	for _, base := range []string{BurstResting, BurstPolling} {
+		if mean(first[base]) <= 0 || mean(whole[base]) <= 0 {
+			continue
 		}
-	}
-	if mean(withoutFirst) <= 0 || mean(without) <= 0 {
-		return nil
-	}
-	b := &BurstRatio{FirstSecondPct: 100 * mean(withFirst) / mean(withoutFirst), WholePct: 100 * mean(with) / mean(without)}
-	for i := range min(len(withFirst), len(withoutFirst)) {
-		if withoutFirst[i] > 0 {
-			b.PairFirstSecondPct = append(b.PairFirstSecondPct, 100*withFirst[i]/withoutFirst[i])
+		b := BurstRatio{
+			Baseline:       base,
+			FirstSecondPct: 100 * mean(first[BurstTriggered]) / mean(first[base]),
+			WholePct:       100 * mean(whole[BurstTriggered]) / mean(whole[base]),
 		}
+		for i := range min(len(first[BurstTriggered]), len(first[base])) {
+			if first[base][i] > 0 {
+				b.PairFirstSecondPct = append(b.PairFirstSecondPct, 100*first[BurstTriggered][i]/first[base][i])
+			}
+		}
+		out = append(out, b)
 	}
-	return b
+	return out
 }
 
 // horizonRatio compares the horizon workload's last pinned window with

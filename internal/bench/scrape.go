@@ -153,15 +153,21 @@ const scrapeRetry = 50 * time.Millisecond
 // address turns the relay's metrics off; another is where the benchmark
 // reads them (a run that profiles the relay through --pprof sets it).
 func relayHTTPAddr(args []string) (addr string, set bool) {
+	return relayArg(args, "--http-addr")
+}
+
+// relayArg is the last value args give the relay's flag name ("--name
+// value" or "--name=value"), and whether they give it at all.
+func relayArg(args []string, name string) (value string, set bool) {
 	for i, a := range args {
 		switch {
-		case a == "--http-addr" && i+1 < len(args):
-			addr, set = args[i+1], true
-		case strings.HasPrefix(a, "--http-addr="):
-			addr, set = strings.TrimPrefix(a, "--http-addr="), true
+		case a == name && i+1 < len(args):
+			value, set = args[i+1], true
+		case strings.HasPrefix(a, name+"="):
+			value, set = strings.TrimPrefix(a, name+"="), true
 		}
 	}
-	return addr, set
+	return value, set
 }
 
 // freeAddr is a loopback address whose port was free a moment ago, for a
