@@ -75,28 +75,15 @@ func publishScheduled(ctx context.Context, amqpURL, exchange string, k int, rec 
 		}
 	}
 	began, start := clk.now(), time.Now()
-	return began, fanOut(ctx, k, func(ctx context.Context, w int) error {
-		timer := time.NewTimer(time.Hour)
-		timer.Stop()
-		defer timer.Stop()
-		for i := w; i < rec.size(); i += k {
-			if wait := time.Until(start.Add(due(i))); wait > 0 {
-				timer.Reset(wait)
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
-			}
-			msg := ceilingMessage(rec.number(i), p, time.Now())
-			rec.commit(i, clk.now())
-			dc, err := chans[w].PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
-			if err != nil {
-				return fmt.Errorf("ceiling: publish: %w", err)
-			}
-			if err := awaitConfirm(ctx, dc); err != nil {
-				return fmt.Errorf("ceiling: message %d: %w", i, err)
-			}
+	return began, onSchedule(ctx, k, rec.size(), start, due, nil, func(ctx context.Context, w, i int) error {
+		msg := ceilingMessage(rec.number(i), p, time.Now())
+		rec.commit(i, clk.now())
+		dc, err := chans[w].PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
+		if err != nil {
+			return fmt.Errorf("ceiling: publish: %w", err)
+		}
+		if err := awaitConfirm(ctx, dc); err != nil {
+			return fmt.Errorf("ceiling: message %d: %w", i, err)
 		}
 		return nil
 	})

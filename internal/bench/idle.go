@@ -38,10 +38,17 @@ func (r *runner) idleCeiling(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	res := ceilingResult(WorkloadIdle, rec, elapsed)
+	res.IntervalMS = millis(int64(r.cfg.IdleInterval))
+	return res, nil
+}
+
+// ceilingResult is the row of a paced ceiling run of workload: rec's
+// events, published over elapsed.
+func ceilingResult(workload string, rec *record, elapsed time.Duration) Result {
 	return Result{
-		Workload:   WorkloadIdle,
+		Workload:   workload,
 		System:     SystemCeiling,
-		IntervalMS: millis(int64(r.cfg.IdleInterval)),
 		Committed:  int64(rec.size()),
 		Events:     rec.count(),
 		Seconds:    elapsed.Seconds(),
@@ -49,7 +56,7 @@ func (r *runner) idleCeiling(ctx context.Context) (Result, error) {
 		Latency:    rec.latency(),
 		Duplicates: rec.duplicates(),
 		Lost:       ptr(rec.lost()),
-	}, nil
+	}
 }
 
 // ceilingScheduled has the broker ceiling publish total events on k

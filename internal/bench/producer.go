@@ -111,12 +111,27 @@ func (ps *producers) scheduled(ctx context.Context, k int, rec *record, clk cloc
 	}
 	var committed atomic.Int64
 	start := time.Now()
-	err := fanOut(ctx, k, func(ctx context.Context, w int) error {
-		conn := ps.conns[w]
+	err := onSchedule(ctx, k, rec.size(), start, due, stop, func(ctx context.Context, w, i int) error {
+		if err := ps.insertSlot(ctx, ps.conns[w], rec, i); err != nil {
+			return err
+		}
+		rec.commit(i, clk.now())
+		committed.Add(1)
+		return nil
+	})
+	return committed.Load(), time.Since(start), err
+}
+
+// onSchedule runs f for slots 0 … size-1 on k workers at once, worker w
+// the slots w, w+k, …, each at start + due(i) or at once if its worker is
+// late. A worker ends, without an error, once stop is closed (nil: never),
+// after the slot it is in; the first error cancels the others.
+func onSchedule(ctx context.Context, k, size int, start time.Time, due func(i int) time.Duration, stop <-chan struct{}, f func(ctx context.Context, w, i int) error) error {
+	return fanOut(ctx, k, func(ctx context.Context, w int) error {
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
 		defer timer.Stop()
-		for i := w; i < rec.size(); i += k {
+		for i := w; i < size; i += k {
 			if wait := time.Until(start.Add(due(i))); wait > 0 {
 				timer.Reset(wait)
 				select {
@@ -132,15 +147,12 @@ func (ps *producers) scheduled(ctx context.Context, k int, rec *record, clk cloc
 				return nil
 			default:
 			}
-			if err := ps.insertSlot(ctx, conn, rec, i); err != nil {
+			if err := f(ctx, w, i); err != nil {
 				return err
 			}
-			rec.commit(i, clk.now())
-			committed.Add(1)
 		}
 		return nil
 	})
-	return committed.Load(), time.Since(start), err
 }
 
 // flat inserts as fast as the first k connections can for d, numbering

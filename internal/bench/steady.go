@@ -47,18 +47,9 @@ func (r *runner) steadyCeiling(ctx context.Context, rate int) (Result, error) {
 		return Result{}, err
 	}
 	r.log.Info("steady: done", "system", SystemCeiling, "rate", rate, "received", rec.count())
-	return Result{
-		Workload:   WorkloadSteady,
-		System:     SystemCeiling,
-		TargetRate: rate,
-		Committed:  int64(rec.size()),
-		Events:     rec.count(),
-		Seconds:    elapsed.Seconds(),
-		Rate:       float64(rec.size()) / elapsed.Seconds(),
-		Latency:    rec.latency(),
-		Duplicates: rec.duplicates(),
-		Lost:       ptr(rec.lost()),
-	}, nil
+	res := ceilingResult(WorkloadSteady, rec, elapsed)
+	res.TargetRate = rate
+	return res, nil
 }
 
 // pacing describes one paced run.
