@@ -39,14 +39,15 @@ func TestReadmeQuickStart(t *testing.T) {
 	dbURL := testkit.NewDatabase(t)
 	exchange := testkit.UniqueName("outboxrelay_readme")
 	t.Cleanup(func() { testkit.DeleteExchange(t, exchange) })
-	env := []string{"DATABASE_URL=" + dbURL, "OUTBOX_EXCHANGE=" + exchange, "OUTBOX_LOG_FORMAT=json"}
+	// The operations endpoints on a port of their own rather than the
+	// default the README names, which TestReadmeNamesTheDefaultPort checks.
+	env := []string{"DATABASE_URL=" + dbURL, "OUTBOX_EXCHANGE=" + exchange, "OUTBOX_LOG_FORMAT=json", "OUTBOX_HTTP_ADDR=127.0.0.1:0"}
 
 	relay := startReadmeCommand(t, env, readmeBlock(t, "run-relay"))
 	// The relay declares the exchange once it is up; bind to it then.
 	relay.await(t, 240*time.Second, "relay started (go run may build first)", `"relay started"`)
 	queue := testkit.NewQueue(t, exchange, "#")
-	// The operations endpoints listen on their default port.
-	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, "localhost:9464", "/readyz", 200))
+	require.JSONEq(t, `{"ready":true}`, testkit.AwaitStatus(t, testkit.HTTPAddr(t, relay.out), "/readyz", 200))
 	tail := startReadmeCommand(t, env, readmeBlock(t, "tail")+" --count=1")
 	tail.await(t, 240*time.Second, "tail bound its queue", "waiting for messages")
 	psql(t, dbURL, "-c", readmeBlock(t, "sql-example"))
@@ -64,6 +65,18 @@ func TestReadmeQuickStart(t *testing.T) {
 	require.Contains(t, out, exchange+" order.created message_id="+d.MessageId+" type=created")
 	require.Contains(t, out, "  aggregate_type: order\n")
 	require.Contains(t, out, `"customer": "ada"`)
+}
+
+// TestReadmeNamesTheDefaultPort: the quick start says where the relay
+// serves its operations endpoints, and that is --http-addr's default.
+func TestReadmeNamesTheDefaultPort(t *testing.T) {
+	t.Parallel()
+	help, err := exec.Command(binary, "run", "--help").CombinedOutput()
+	require.NoError(t, err, "%s", help)
+	require.Contains(t, string(help), `--http-addr=":9464"`)
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "serves its metrics and\nhealth endpoints on port 9464")
 }
 
 // readmeCommand is a README command run as the README runs it: by bash,
@@ -104,7 +117,7 @@ func startReadmeCommand(t *testing.T, env []string, command string) *readmeComma
 }
 
 // await waits until the command's output holds want. It fails at once if
-// the command exits first (a relay refused the busy port 9464, say), and
+// the command exits first (a relay refused a busy port, say), and
 // after timeout otherwise.
 func (c *readmeCommand) await(t *testing.T, timeout time.Duration, what, want string) {
 	t.Helper()
