@@ -1,10 +1,11 @@
 # The relay as a small static image: docker compose builds it from here.
 FROM golang:1.26 AS build
 WORKDIR /src
-COPY go.mod go.sum ./
-# The producer library is a module of its own that go.mod replaces with
-# ./outbox: its go.mod is part of the module graph.
+# The repository is a workspace of three modules (go.work): the relay and
+# the two libraries it requires, built from their folders.
+COPY go.work go.work.sum go.mod go.sum ./
 COPY outbox/go.mod outbox/go.sum ./outbox/
+COPY inbox/go.mod inbox/go.sum ./inbox/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /outboxrelay ./cmd/outboxrelay

@@ -14,8 +14,8 @@ require (
 	github.com/jackc/tern/v2 v2.3.4
 	github.com/lmittmann/tint v1.2.1
 	github.com/mattn/go-isatty v0.0.24
-	github.com/outboxrelay/outboxrelay/inbox v0.0.0
-	github.com/outboxrelay/outboxrelay/outbox v0.0.0
+	github.com/outboxrelay/outboxrelay/inbox v0.1.0
+	github.com/outboxrelay/outboxrelay/outbox v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -29,6 +29,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/mod v0.41.0
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 )
@@ -80,7 +81,6 @@ require (
 	go.yaml.in/yaml/v4 v4.0.0-rc.4 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/exp/typeparams v0.0.0-20231108232855-2478ac86f678 // indirect
-	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
@@ -94,7 +94,3 @@ require (
 )
 
 tool honnef.co/go/tools/cmd/staticcheck
-
-replace github.com/outboxrelay/outboxrelay/outbox => ./outbox
-
-replace github.com/outboxrelay/outboxrelay/inbox => ./inbox

@@ -5,7 +5,7 @@ go 1.23.0
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/jackc/pgx/v5 v5.7.6
-	github.com/outboxrelay/outboxrelay/outbox v0.0.0
+	github.com/outboxrelay/outboxrelay/outbox v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/stretchr/testify v1.12.1
@@ -37,5 +37,3 @@ require (
 	golang.org/x/text v0.28.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
 )
-
-replace github.com/outboxrelay/outboxrelay/outbox => ../outbox
