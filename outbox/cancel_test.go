@@ -12,8 +12,9 @@ import (
 )
 
 // Cancel deletes the events no relay has taken, in the caller's
-// transaction (a rollback keeps them), and counts 0 for one a relay took
-// (leased and attempted, as a claim leaves it) or one that is gone.
+// transaction (a rollback keeps them), and returns the IDs it deleted, in
+// the order given and in canonical form: not one a relay took (leased and
+// attempted, as a claim leaves it) nor one that is gone.
 func TestCancelDeletesOnlyEventsNoRelayTook(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -28,20 +29,21 @@ func TestCancelDeletesOnlyEventsNoRelayTook(t *testing.T) {
 
 	rollback := errors.New("roll back")
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		n, err := outbox.Writer{}.Cancel(ctx, tx, ids[0])
+		cancelled, err := outbox.Writer{}.Cancel(ctx, tx, ids[0])
 		must(t, err, "Cancel")
-		equal(t, "cancelled before the rollback", n, int64(1))
+		equal(t, "cancelled before the rollback", strings.Join(cancelled, ","), ids[0])
 		return rollback
 	})
 	equal(t, "rolled back", errors.Is(err, rollback), true)
 	equal(t, "rows after the rollback", queryInt(t, pool, `SELECT count(*) FROM outbox`), int64(3))
 
-	n, err := outbox.Writer{}.Cancel(ctx, pool, strings.ToUpper(ids[0]), ids[2], "0190a5a4-7f3c-7000-8000-000000000001")
+	cancelled, err := outbox.Writer{}.Cancel(ctx, pool, ids[2], "0190a5a4-7f3c-7000-8000-000000000001", strings.ToUpper(ids[0]))
 	must(t, err, "Cancel")
-	equal(t, "cancelled: the first (any form of its id), not the taken one nor an unknown one", n, int64(1))
-	n, err = outbox.Writer{}.CancelSQL(ctx, openSQL(t, url), ids[0], ids[1])
+	equal(t, "cancelled: the first (any form of its id, returned as Write returned it), not the taken one nor an unknown one",
+		strings.Join(cancelled, ","), ids[0])
+	cancelled, err = outbox.Writer{}.CancelSQL(ctx, openSQL(t, url), ids[0], ids[1], ids[1])
 	must(t, err, "CancelSQL")
-	equal(t, "cancelled: the second; the first is gone already", n, int64(1))
+	equal(t, "cancelled: the second, once; the first is gone already", strings.Join(cancelled, ","), ids[1])
 	rows, err := pool.Query(ctx, `SELECT event_id::text FROM outbox`)
 	must(t, err, "select")
 	left, err := pgx.CollectRows(rows, pgx.RowTo[string])

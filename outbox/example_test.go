@@ -241,16 +241,16 @@ func ExampleWriter_Cancel() {
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// ... the checkout's own writes ...
-		n, err := w.Cancel(ctx, tx, ids[0])
-		fmt.Println("expiry cancelled:", n == 1)
+		cancelled, err := w.Cancel(ctx, tx, ids[0])
+		fmt.Println("expiry cancelled:", len(cancelled) == 1 && cancelled[0] == ids[0])
 		return err
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	n, err := w.Cancel(ctx, pool, ids[0])
-	fmt.Println("cancelled again:", n, err)
+	cancelled, err := w.Cancel(ctx, pool, ids[0])
+	fmt.Println("cancelled again:", len(cancelled), err)
 	// Output:
 	// expiry cancelled: true
 	// cancelled again: 0 <nil>

@@ -72,9 +72,9 @@ func (h *heldSchedule) holdOutboxLock(t *testing.T) pgx.Tx {
 	tx, err := h.pool.Begin(t.Context())
 	require.NoError(t, err)
 	t.Cleanup(func() { tx.Rollback(t.Context()) })
-	n, err := outbox.Writer{}.Cancel(t.Context(), tx, "0190a5a4-7f3c-7000-8000-000000000001")
+	cancelled, err := outbox.Writer{}.Cancel(t.Context(), tx, "0190a5a4-7f3c-7000-8000-000000000001")
 	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Empty(t, cancelled)
 	return tx
 }
 
@@ -137,9 +137,9 @@ func testCancelHeldPastTheTime(t *testing.T, ordering string) {
 	h := newHeldSchedule(t, ordering)
 	tx := h.holdOutboxLock(t)
 	x, _, due := h.scheduleXZ(t)
-	n, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
+	cancelled, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, []string{x}, cancelled)
 
 	h.receiveUntil(t, due.Add(1500*time.Millisecond))
 	require.NotContains(t, h.arrived, x, "X arrived while its Cancel was open")
@@ -162,9 +162,9 @@ func testEventDueBesideAHeldCancel(t *testing.T, ordering string) {
 	h := newHeldSchedule(t, ordering)
 	tx := h.holdOutboxLock(t)
 	x, z, due := h.scheduleXZ(t)
-	n, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
+	cancelled, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, []string{x}, cancelled)
 
 	h.receiveUntil(t, due.Add(1500*time.Millisecond))
 	at, ok := h.arrived[z]
@@ -208,9 +208,9 @@ func TestCancelRolledBackBeforeTheTimeArrivesOnTime(t *testing.T) {
 	h := newHeldSchedule(t, "none")
 	tx := h.holdOutboxLock(t)
 	x, z, due := h.scheduleXZ(t)
-	n, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
+	cancelled, err := outbox.Writer{}.Cancel(t.Context(), tx, x)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
+	require.Equal(t, []string{x}, cancelled)
 
 	h.receiveUntil(t, due.Add(-500*time.Millisecond))
 	require.NoError(t, tx.Rollback(t.Context()))

@@ -99,11 +99,11 @@ func TestCancelRacingTheDueTimeHasOneOutcome(t *testing.T) {
 		at := events[i].NotBefore.Add(time.Duration(i%10-3) * 10 * time.Millisecond)
 		go func() {
 			time.Sleep(time.Until(at))
-			n, err := outbox.Writer{}.Cancel(t.Context(), pool, id)
+			got, err := outbox.Writer{}.Cancel(t.Context(), pool, id)
 			switch {
 			case err != nil:
 				errs <- err
-			case n == 1:
+			case len(got) == 1:
 				cancelled <- id
 			default:
 				kept <- id
