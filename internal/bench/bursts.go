@@ -60,21 +60,15 @@ func (r *runner) bursts(ctx context.Context) error {
 // burstArm starts the relay of arm, warmed up, runs one burst and stops
 // the relay.
 func (r *runner) burstArm(ctx context.Context, ps *producers, arm string) (res Result, err error) {
-	if err := r.reset(ctx); err != nil {
-		return Result{}, err
-	}
 	var args []string
 	if arm == BurstPolling {
 		args = []string{"--no-listen", "--poll-interval=" + r.cfg.busyPoll().String()}
 	}
-	sys, err := r.start(SystemRelay, args...)
+	sys, err := r.startWarm(ctx, ps, SystemRelay, args...)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stopSystem(sys, &err)
-	if err := r.warmUp(ctx, sys, ps); err != nil {
-		return Result{}, err
-	}
 	res, err = r.burst(ctx, sys, ps, arm == BurstTriggered)
 	res.BurstArm = arm
 	return res, err

@@ -101,10 +101,7 @@ func WriteRatios(w io.Writer, r Ratios) error {
 		fmt.Fprintf(tw, "  bursts triggered/%s relay, whole burst\t%s %%\n", b.Baseline, num(b.WholePct))
 	}
 	for _, g := range r.OverCeiling {
-		what := g.Workload + " " + strconv.Itoa(g.Rate) + "/s"
-		if g.Step > 0 {
-			what = g.Workload + " #" + strconv.Itoa(g.Step) + " " + strconv.Itoa(g.Rate) + "/s"
-		}
+		what := label(Result{Workload: g.Workload, TargetRate: g.Rate, Step: g.Step})
 		fmt.Fprintf(tw, "  %s p50 / p99 / p99.9 relay − ceiling\t%s / %s / %s ms\n", what, num(g.P50MS), num(g.P99MS), num(g.P999MS))
 	}
 	if h := r.Horizon; h != nil {

@@ -341,13 +341,14 @@ func (r *runner) startMetered(ctx context.Context, name string, args ...string) 
 	return sys, meter, nil
 }
 
-// startWarm empties the table, starts the system name and waits until it
-// has delivered one event of ps.
-func (r *runner) startWarm(ctx context.Context, ps *producers, name string) (*system, error) {
+// startWarm empties the table, starts the system name (with the relay's
+// extra arguments, if any) and waits until it has delivered one event of
+// ps.
+func (r *runner) startWarm(ctx context.Context, ps *producers, name string, extra ...string) (*system, error) {
 	if err := r.reset(ctx); err != nil {
 		return nil, err
 	}
-	sys, err := r.start(name)
+	sys, err := r.start(name, extra...)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ func (m goMod) required(path string) string {
 type goTool struct {
 	t   *testing.T
 	env []string
+	bin string // where go install puts commands (GOBIN)
 }
 
 // newGoTool's environment: no workspace, this go command only, the test's
@@ -57,11 +58,12 @@ func newGoTool(t *testing.T, proxy string) goTool {
 	t.Helper()
 	cache := strings.TrimSpace(run(t, nil, ".", "env", "GOMODCACHE"))
 	upstream := strings.TrimSpace(run(t, nil, ".", "env", "GOPROXY"))
+	bin := t.TempDir()
 	env := append(os.Environ(),
 		"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod -modcacherw",
 		"GOPROXY=file://"+proxy+",file://"+filepath.Join(cache, "cache", "download")+","+upstream,
-		"GOMODCACHE="+t.TempDir(), "GONOSUMDB="+relayPath, "GOBIN="+t.TempDir())
-	return goTool{t, env}
+		"GOMODCACHE="+t.TempDir(), "GONOSUMDB="+relayPath, "GOBIN="+bin)
+	return goTool{t, env, bin}
 }
 
 func (g goTool) run(dir string, args ...string) string {
@@ -102,15 +104,19 @@ func (g goTool) modules(dir string) map[string]string {
 	return graph
 }
 
-// application writes a module of its own in a new folder: its go.mod
-// requires only path at version, and main.go is source.
-func application(t *testing.T, goLine, path, version, source string) string {
+// application writes a module of its own in a new folder (its go.mod
+// requires only path at version, and main.go is source), tidies, builds
+// and vets it, and returns its module graph.
+func (g goTool) application(t *testing.T, goLine, path, version, source string) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
 	goMod := "module example.com/app\n\ngo " + goLine + "\n\nrequire " + path + " " + version + "\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(goMod), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(source), 0o644))
-	return dir
+	g.run(dir, "mod", "tidy")
+	g.run(dir, "build", "./...")
+	g.run(dir, "vet", "./...")
+	return g.modules(dir)
 }
 
 const writerApp = `package main
@@ -171,34 +177,20 @@ func TestModulesResolveFromAProxyAsApplicationsUseThem(t *testing.T) {
 	g := newGoTool(t, proxy)
 
 	t.Run("an application of the producer library", func(t *testing.T) {
-		app := application(t, outbox.Go, outboxPath, version, writerApp)
-		g.run(app, "mod", "tidy")
-		g.run(app, "build", "./...")
-		g.run(app, "vet", "./...")
-		graph := g.modules(app)
+		graph := g.application(t, outbox.Go, outboxPath, version, writerApp)
 		require.Equal(t, version, graph[outboxPath])
 		require.NotContains(t, graph, relayPath, "the relay's module is in the graph")
 		require.NotContains(t, graph, inboxPath, "the inbox is in the graph")
 	})
 	t.Run("an application of the inbox", func(t *testing.T) {
-		app := application(t, inbox.Go, inboxPath, version, consumerApp)
-		g.run(app, "mod", "tidy")
-		g.run(app, "build", "./...")
-		g.run(app, "vet", "./...")
-		graph := g.modules(app)
+		graph := g.application(t, inbox.Go, inboxPath, version, consumerApp)
 		require.Equal(t, version, graph[inboxPath])
 		require.Equal(t, version, graph[outboxPath], "the inbox chains the producer library")
 		require.NotContains(t, graph, relayPath, "the relay's module is in the graph")
 	})
 	t.Run("go install of the relay", func(t *testing.T) {
 		g.run(t.TempDir(), "install", relayPath+"/cmd/outboxrelay@"+version)
-		bin := ""
-		for _, kv := range g.env {
-			if v, ok := strings.CutPrefix(kv, "GOBIN="); ok {
-				bin = filepath.Join(v, "outboxrelay")
-			}
-		}
-		out, err := exec.Command(bin, "--help").CombinedOutput()
+		out, err := exec.Command(filepath.Join(g.bin, "outboxrelay"), "--help").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), "Usage: outboxrelay")
 	})

@@ -1,6 +1,7 @@
 package release_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,7 +44,8 @@ func git(t *testing.T, dir string, args ...string) string {
 func release(t *testing.T, dir string, args ...string) (string, bool) {
 	t.Helper()
 	out, err := exec.Command(filepath.Join(dir, ".ci", "release"), args...).CombinedOutput()
-	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
 		t.Fatalf(".ci/release did not run: %v", err)
 	}
 	return string(out), err == nil
